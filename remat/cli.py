@@ -1,0 +1,192 @@
+"""The ``remat`` command. Thin: parse arguments, call schedules/solver/executor, print.
+
+Every user error (bad file, bad budget, infeasible budget, invalid schedule) is printed as one
+line ``remat: error: ...`` with exit status 2; no tracebacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from remat.schedules import (
+    ChainProfile,
+    RematError,
+    format_size,
+    load_profile,
+    load_schedule,
+    parse_size,
+    save_schedule,
+    simulate,
+)
+from remat.schedules.simulator import check_schedule
+
+EXIT_USER_ERROR = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line and exit 2, like every other remat error."""
+
+    def error(self, message: str) -> None:  # noqa: D102 - argparse API
+        self.exit(EXIT_USER_ERROR, f"remat: error: {message} (see '{self.prog} --help')\n")
+
+
+def _kind(profile) -> str:
+    return "chain" if isinstance(profile, ChainProfile) else "graph"
+
+
+def reference_peak(profile) -> int:
+    """Store-all peak (bytes) of a profile: the reference for budgets given as percentages."""
+    from remat.solver import get_strategy
+
+    return get_strategy("store-all", _kind(profile)).solve(profile, 2**62).predicted.peak_memory
+
+
+def parse_budget(text: str, profile) -> int:
+    """Bytes from ``6GiB``, ``500MB``, ``123`` or ``40%`` (of the store-all peak)."""
+    reference = reference_peak(profile) if text.strip().endswith("%") else None
+    return parse_size(text, reference)
+
+
+def _cmd_solve(args: argparse.Namespace) -> int:
+    from remat.solver import solve
+
+    profile = load_profile(args.profile)
+    budget = parse_budget(args.budget, profile)
+    options = {name: getattr(args, name, None) for name in ("segments", "slots", "time_limit")}
+    schedule = solve(profile, budget, args.strategy, **options)
+    check_schedule(profile, schedule)
+    predicted = schedule.predicted
+    if args.output:
+        save_schedule(schedule, args.output)
+    print(f"strategy     {schedule.strategy}")
+    print(f"budget       {format_size(budget)} ({budget} bytes)")
+    print(f"peak memory  {format_size(predicted.peak_memory)} ({predicted.peak_memory} bytes)")
+    base = predicted.compute_ms - predicted.recompute_ms
+    overhead = 100.0 * predicted.recompute_ms / base if base > 0 else 0.0
+    print(f"step time    {predicted.compute_ms:.3f} ms (recompute {predicted.recompute_ms:.3f} ms, +{overhead:.1f}%)")
+    print(f"ops          {len(schedule.ops)}")
+    for key, value in schedule.extra.items():
+        if isinstance(value, (int, float, str)):
+            print(f"{key:<12} {value}")
+    if args.output:
+        print(f"wrote {args.output}")
+    return 0
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    profile = load_profile(args.profile)
+    schedule = load_schedule(args.schedule)
+    if schedule.profile_sha256 != profile.sha256 and not args.ignore_hash:
+        check_schedule(profile, schedule, check_budget=False)  # raises the mismatch error
+    result = simulate(profile, schedule.ops)
+    base = result.compute_ms - result.recompute_ms
+    overhead = 100.0 * result.recompute_ms / base if base > 0 else 0.0
+    rows = [
+        ("strategy", schedule.strategy),
+        ("ops", str(len(schedule.ops))),
+        ("budget", f"{format_size(schedule.budget)} ({schedule.budget} bytes)"),
+        ("peak memory", f"{format_size(result.peak_memory)} ({result.peak_memory} bytes)"),
+        ("within budget", "yes" if result.peak_memory <= schedule.budget else "NO"),
+        ("compute", f"{result.compute_ms:.3f} ms"),
+        ("recompute", f"{result.recompute_ms:.3f} ms (+{overhead:.1f}% over store-all)"),
+    ]
+    if schedule.predicted.peak_memory != result.peak_memory:
+        rows.append(("note", f"the file's predicted peak ({schedule.predicted.peak_memory}) differs"))
+    for key, value in rows:
+        print(f"{key:<14} {value}")
+    if args.plot:
+        from remat.plots import plot_timeline
+
+        plot_timeline(profile, schedule, result, args.plot)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def _cmd_strategies(args: argparse.Namespace) -> int:
+    from remat.solver import STRATEGIES
+
+    width = max(len(name) for _, name in STRATEGIES)
+    for (kind, name), strategy in sorted(STRATEGIES.items()):
+        options = (
+            f"  [options: {', '.join('--' + o.replace('_', '-') for o in strategy.options)}]"
+            if strategy.options
+            else ""
+        )
+        print(f"{name:<{width}}  {kind:<5}  {strategy.description}{options}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="remat",
+        description="Optimal activation checkpointing under a memory budget.",
+        epilog="example: remat solve examples/resnet_like.json --budget 40%% --strategy chen-sqrt -o schedule.json",
+    )
+    from remat import __version__
+
+    parser.add_argument("--version", action="version", version=f"remat {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    solve = sub.add_parser(
+        "solve",
+        help="solve a schedule for a profile under a memory budget",
+        description="Solve a checkpointing schedule for PROFILE under a memory budget.",
+        epilog="example: remat solve examples/resnet_like.json --budget 6GiB --strategy chen-greedy -o schedule.json",
+    )
+    solve.add_argument("profile", help="chain or graph profile (JSON)")
+    solve.add_argument(
+        "--budget",
+        default="100%",
+        help="memory budget: bytes, 6GiB, 500MB, or a percentage of the store-all peak like 40%% (default 100%%)",
+    )
+    solve.add_argument(
+        "--strategy", default="store-all", help="strategy name (see 'remat strategies'; default store-all)"
+    )
+    solve.add_argument("--segments", type=int, help="sequential: force this many segments")
+    solve.add_argument("-o", "--output", help="write the schedule JSON here")
+    solve.set_defaults(func=_cmd_solve)
+
+    simulate_cmd = sub.add_parser(
+        "simulate",
+        help="simulate a schedule: peak memory, time, recompute",
+        description="Check SCHEDULE against PROFILE with the simulator and print its peak memory and time.",
+        epilog="example: remat simulate examples/resnet_like.json schedule.json --plot timeline.png",
+    )
+    simulate_cmd.add_argument("profile", help="chain or graph profile (JSON)")
+    simulate_cmd.add_argument("schedule", help="schedule (JSON)")
+    simulate_cmd.add_argument("--plot", help="draw memory over ops into this PNG")
+    simulate_cmd.add_argument(
+        "--ignore-hash", action="store_true", help="simulate even if the schedule was solved for another profile"
+    )
+    simulate_cmd.set_defaults(func=_cmd_simulate)
+
+    strategies = sub.add_parser(
+        "strategies",
+        help="list the strategies",
+        description="List every strategy with the profile kind it solves and one line about it.",
+        epilog="example: remat strategies",
+    )
+    strategies.set_defaults(func=_cmd_strategies)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USER_ERROR
+    try:
+        return args.func(args)
+    except RematError as error:
+        print(f"remat: error: {error}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("remat: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Everything that touches torch: profiling models, replaying schedules, measuring memory."""

@@ -1,0 +1,137 @@
+"""Schedules: the op lists every strategy returns and every consumer replays.
+
+Chain ops are ``("F_ck", i)``, ``("F_n", i)``, ``("F_all", i)`` and ``("B", i)``; graph ops are
+``("compute", v)`` and ``("free", v)``. Semantics are in DESIGN.md and implemented once, in
+:mod:`remat.schedules.simulator`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from remat.schedules.errors import ScheduleError
+
+SCHEDULE_FORMAT = "remat-schedule-v1"
+CHAIN_OPS = ("F_ck", "F_n", "F_all", "B")
+GRAPH_OPS = ("compute", "free")
+
+Op = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the simulator says a schedule costs.
+
+    Attributes:
+        peak_memory: bytes, the largest op peak.
+        compute_ms: milliseconds of the whole step (all forwards, recomputations, backwards).
+        recompute_ms: milliseconds added over storing everything.
+    """
+
+    peak_memory: int
+    compute_ms: float
+    recompute_ms: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"peak_memory": self.peak_memory, "compute_ms": self.compute_ms, "recompute_ms": self.recompute_ms}
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """An op list for one profile, with the strategy that made it and its predicted cost.
+
+    ``budget`` is in bytes; ``extra`` holds optional, strategy-specific keys (e.g. the ILP's
+    bound and gap) that are written to and read from the JSON file unchanged.
+    """
+
+    profile: str
+    profile_sha256: str
+    strategy: str
+    budget: int
+    ops: tuple[Op, ...]
+    predicted: Prediction
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def kind(self) -> str:
+        """``"chain"`` or ``"graph"``, from the op names."""
+        return "graph" if self.ops and self.ops[0][0] in GRAPH_OPS else "chain"
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "format": SCHEDULE_FORMAT,
+            "profile": self.profile,
+            "profile_sha256": self.profile_sha256,
+            "strategy": self.strategy,
+            "budget": self.budget,
+            "ops": [[name, index] for name, index in self.ops],
+            "predicted": self.predicted.to_dict(),
+        }
+        for key, value in self.extra.items():
+            if key not in data:
+                data[key] = value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Schedule:
+        if not isinstance(data, Mapping):
+            raise ScheduleError("schedule: must be a JSON object")
+        for key in ("format", "profile", "profile_sha256", "strategy", "budget", "ops", "predicted"):
+            if key not in data:
+                raise ScheduleError(f"{key}: missing required field")
+        if data["format"] != SCHEDULE_FORMAT:
+            raise ScheduleError(f"format: expected '{SCHEDULE_FORMAT}', got {data['format']!r}")
+        budget = data["budget"]
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+            raise ScheduleError(f"budget: must be a non-negative integer number of bytes, got {budget!r}")
+        ops = parse_ops(data["ops"])
+        predicted = data["predicted"]
+        if not isinstance(predicted, Mapping):
+            raise ScheduleError("predicted: must be a JSON object")
+        for key in ("peak_memory", "compute_ms", "recompute_ms"):
+            if key not in predicted:
+                raise ScheduleError(f"predicted.{key}: missing required field")
+            if isinstance(predicted[key], bool) or not isinstance(predicted[key], (int, float)):
+                raise ScheduleError(f"predicted.{key}: must be a number, got {predicted[key]!r}")
+        known = {"format", "profile", "profile_sha256", "strategy", "budget", "ops", "predicted"}
+        return cls(
+            profile=str(data["profile"]),
+            profile_sha256=str(data["profile_sha256"]),
+            strategy=str(data["strategy"]),
+            budget=budget,
+            ops=ops,
+            predicted=Prediction(
+                peak_memory=int(predicted["peak_memory"]),
+                compute_ms=float(predicted["compute_ms"]),
+                recompute_ms=float(predicted["recompute_ms"]),
+            ),
+            extra={k: v for k, v in data.items() if k not in known},
+        )
+
+
+def parse_ops(raw_ops: Any) -> tuple[Op, ...]:
+    """Check the shape of an op list (names and integer indices); semantics are the simulator's job."""
+    if not isinstance(raw_ops, (list, tuple)):
+        raise ScheduleError("ops: must be a list of [op, index] pairs")
+    ops = []
+    kinds = set()
+    for position, op in enumerate(raw_ops):
+        if not isinstance(op, (list, tuple)) or len(op) != 2:
+            raise ScheduleError(f"ops[{position}]: must be a pair [op, index], got {op!r}")
+        name, index = op
+        if name in CHAIN_OPS:
+            kinds.add("chain")
+        elif name in GRAPH_OPS:
+            kinds.add("graph")
+        else:
+            raise ScheduleError(
+                f"ops[{position}]: unknown op {name!r} (chain ops: {', '.join(CHAIN_OPS)}; graph ops: compute, free)"
+            )
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise ScheduleError(f"ops[{position}]: index must be a non-negative integer, got {index!r}")
+        ops.append((name, index))
+    if len(kinds) > 1:
+        raise ScheduleError("ops: mixes chain ops (F_ck, F_n, F_all, B) with graph ops (compute, free)")
+    return tuple(ops)

@@ -1,0 +1,261 @@
+"""THE simulator: the single source of truth for validity, peak memory and compute time.
+
+Every solver's claimed cost must equal what :func:`simulate` says, and the executor's
+"predicted" column comes from here. Semantics follow DESIGN.md:
+
+Chain (items ``a[i]``, ``abar[i+1]``, ``g[i]``; the state starts with ``a[0]``, never removed):
+
+=========  =====================================  ==========  =================================
+op         needs                                  adds        removes after
+=========  =====================================  ==========  =================================
+F_ck i     a_i present (a[i] or inside abar[i])   a[i+1]      --
+F_n i      a[i]                                   a[i+1]      a[i]
+F_all i    a_i present                            abar[i+1]   --
+B i        abar[i+1], g[i+1], a_i present         g[i]        abar[i+1], g[i+1], a[i]
+=========  =====================================  ==========  =================================
+
+``g[n]`` appears just before the first ``B``; the ``B`` ops run once each, n-1 down to 0. An op's
+peak is the memory before it + what it adds + its transient overhead. Adding an item that is
+already held (e.g. ``F_ck i`` twice with no release between) is rejected: it would hold one
+tensor twice.
+
+Graph: ``compute v`` needs every predecessor's output present and adds v's output; ``free v``
+drops it. Peak is measured right after each compute. Every node is computed at least once, the
+last node last.
+
+Units: bytes and milliseconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from remat.schedules.errors import ScheduleError
+from remat.schedules.profile import ChainProfile, GraphProfile
+from remat.schedules.schedule import Op, Prediction, Schedule, parse_ops
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    """Memory around one op (bytes): before it, at its peak (incl. transient), after it."""
+
+    position: int
+    op: str
+    index: int
+    memory_before: int
+    peak: int
+    memory_after: int
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    """Outcome of simulating a valid schedule.
+
+    Attributes:
+        peak_memory: bytes, the largest op peak.
+        compute_ms: milliseconds of all ops.
+        recompute_ms: ``compute_ms`` minus the store-all step time.
+        timeline: one :class:`OpRecord` per op.
+    """
+
+    peak_memory: int
+    compute_ms: float
+    recompute_ms: float
+    timeline: tuple[OpRecord, ...]
+
+    @property
+    def prediction(self) -> Prediction:
+        return Prediction(self.peak_memory, self.compute_ms, self.recompute_ms)
+
+
+def _op_label(position: int, op: str, index: int) -> str:
+    return f"op {position} ({op} {index})"
+
+
+def simulate_chain(profile: ChainProfile, ops: Iterable[Op], timeline: bool = True) -> SimulationResult:
+    """Simulate chain ops; raise :class:`ScheduleError` naming the op and the missing item."""
+    n = profile.length
+    act = [profile.activation_size(i) for i in range(n + 1)]
+    a_held = [False] * (n + 1)
+    abar_held = [False] * (n + 1)
+    g_held = [False] * (n + 1)
+    a_held[0] = True
+    memory = act[0]
+    peak_memory = memory
+    compute_ms = 0.0
+    next_backward = n - 1
+    records: list[OpRecord] = []
+
+    for position, (op, i) in enumerate(ops):
+        label = _op_label(position, op, i)
+        if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < n:
+            raise ScheduleError(f"{label}: stage index out of range (chain has {n} stages)")
+        if next_backward < 0:
+            raise ScheduleError(f"{label}: comes after the last backward (B 0)")
+        stage = profile.stages[i]
+        before = memory
+        if op == "F_ck" or op == "F_n" or op == "F_all":
+            present = a_held[i] or abar_held[i]
+            if op == "F_n" and not a_held[i]:
+                reason = "is only held inside abar" if present else "is not in memory"
+                raise ScheduleError(f"{label}: needs a[{i}], which {reason}")
+            if not present:
+                raise ScheduleError(f"{label}: needs a_{i} (a[{i}] or abar[{i}]), which is not in memory")
+            if op == "F_all":
+                if abar_held[i + 1]:
+                    raise ScheduleError(f"{label}: abar[{i + 1}] is already in memory")
+                added = stage.saved_size
+                abar_held[i + 1] = True
+            else:
+                if a_held[i + 1]:
+                    raise ScheduleError(f"{label}: a[{i + 1}] is already in memory")
+                added = act[i + 1]
+                a_held[i + 1] = True
+            op_peak = before + added + stage.forward_overhead
+            memory = before + added
+            if op == "F_n" and i != 0:
+                a_held[i] = False
+                memory -= act[i]
+            compute_ms += stage.forward_ms
+        elif op == "B":
+            if i != next_backward:
+                raise ScheduleError(f"{label}: expected B {next_backward} (backwards run once each, n-1 down to 0)")
+            if i == n - 1:
+                g_held[n] = True
+                memory += act[n]
+                before = memory
+            if not abar_held[i + 1]:
+                raise ScheduleError(f"{label}: needs abar[{i + 1}], which is not in memory")
+            if not (a_held[i] or abar_held[i]):
+                raise ScheduleError(f"{label}: needs a_{i} (a[{i}] or abar[{i}]), which is not in memory")
+            op_peak = before + act[i] + stage.backward_overhead
+            memory = before + act[i]
+            g_held[i] = True
+            abar_held[i + 1] = False
+            memory -= stage.saved_size
+            g_held[i + 1] = False
+            memory -= act[i + 1]
+            if a_held[i] and i != 0:
+                a_held[i] = False
+                memory -= act[i]
+            compute_ms += stage.backward_ms
+            next_backward -= 1
+        else:
+            raise ScheduleError(f"{label}: unknown chain op {op!r} (use F_ck, F_n, F_all, B)")
+        peak_memory = max(peak_memory, op_peak)
+        if timeline:
+            records.append(OpRecord(position, op, i, before, op_peak, memory))
+
+    if next_backward >= 0:
+        raise ScheduleError(f"schedule ends before B {next_backward}: every B must run once, n-1 down to 0")
+    return SimulationResult(
+        peak_memory=peak_memory,
+        compute_ms=compute_ms,
+        recompute_ms=max(0.0, compute_ms - profile.store_all_compute_ms),
+        timeline=tuple(records),
+    )
+
+
+def simulate_graph(profile: GraphProfile, ops: Iterable[Op], timeline: bool = True) -> SimulationResult:
+    """Simulate graph ops; raise :class:`ScheduleError` naming the op and the missing output."""
+    count = profile.size
+    preds = profile.predecessors
+    present = [False] * count
+    computed = [False] * count
+    memory = 0
+    peak_memory = 0
+    compute_ms = 0.0
+    last_compute = -1
+    records: list[OpRecord] = []
+    for position, (op, v) in enumerate(ops):
+        label = _op_label(position, op, v)
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < count:
+            raise ScheduleError(f"{label}: node index out of range (graph has {count} nodes)")
+        before = memory
+        node = profile.nodes[v]
+        if op == "compute":
+            for u in preds[v]:
+                if not present[u]:
+                    raise ScheduleError(
+                        f"{label}: needs the output of node {u} ('{profile.nodes[u].name}'), which is not in memory"
+                    )
+            if present[v]:
+                raise ScheduleError(f"{label}: node {v} ('{node.name}') is already in memory")
+            present[v] = True
+            computed[v] = True
+            memory += node.size
+            peak_memory = max(peak_memory, memory)
+            compute_ms += node.time_ms
+            last_compute = v
+            op_peak = memory
+        elif op == "free":
+            if not present[v]:
+                raise ScheduleError(f"{label}: node {v} ('{node.name}') is not in memory")
+            present[v] = False
+            memory -= node.size
+            op_peak = before
+        else:
+            raise ScheduleError(f"{label}: unknown graph op {op!r} (use compute, free)")
+        if timeline:
+            records.append(OpRecord(position, op, v, before, op_peak, memory))
+    missing = [v for v in range(count) if not computed[v]]
+    if missing:
+        raise ScheduleError(
+            f"schedule never computes node {missing[0]} ('{profile.nodes[missing[0]].name}')"
+            + (f" and {len(missing) - 1} other(s)" if len(missing) > 1 else "")
+        )
+    if last_compute != count - 1:
+        raise ScheduleError(f"the last computed node must be the last node ({count - 1}), not {last_compute}")
+    return SimulationResult(
+        peak_memory=peak_memory,
+        compute_ms=compute_ms,
+        recompute_ms=max(0.0, compute_ms - profile.store_all_compute_ms),
+        timeline=tuple(records),
+    )
+
+
+def simulate(
+    profile: ChainProfile | GraphProfile, ops: Sequence[Op] | Schedule, timeline: bool = True
+) -> SimulationResult:
+    """Simulate a schedule (or an op list) on a chain or graph profile."""
+    if isinstance(ops, Schedule):
+        ops = ops.ops
+    ops = parse_ops(list(ops))
+    if isinstance(profile, ChainProfile):
+        if ops and ops[0][0] in ("compute", "free"):
+            raise ScheduleError("schedule has graph ops (compute/free) but the profile is a chain")
+        return simulate_chain(profile, ops, timeline)
+    if ops and ops[0][0] not in ("compute", "free"):
+        raise ScheduleError("schedule has chain ops (F_ck, F_n, F_all, B) but the profile is a graph")
+    return simulate_graph(profile, ops, timeline)
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+
+
+def check_schedule(
+    profile: ChainProfile | GraphProfile, schedule: Schedule, check_budget: bool = True
+) -> SimulationResult:
+    """Check that ``schedule`` belongs to ``profile``, is valid, fits its budget, and that its
+    predicted cost equals the simulated one. Returns the simulation."""
+    if schedule.profile_sha256 != profile.sha256:
+        raise ScheduleError(
+            f"schedule was solved for profile '{schedule.profile}' (sha256 {schedule.profile_sha256[:12]}...), "
+            f"not for '{profile.name}' (sha256 {profile.sha256[:12]}...)"
+        )
+    result = simulate(profile, schedule.ops, timeline=False)
+    if check_budget and result.peak_memory > schedule.budget:
+        raise ScheduleError(f"schedule peak {result.peak_memory} bytes exceeds its budget {schedule.budget} bytes")
+    claimed = schedule.predicted
+    if claimed.peak_memory != result.peak_memory:
+        raise ScheduleError(
+            f"predicted.peak_memory: schedule claims {claimed.peak_memory} bytes, the simulator says {result.peak_memory}"
+        )
+    if not _close(claimed.compute_ms, result.compute_ms) or not _close(claimed.recompute_ms, result.recompute_ms):
+        raise ScheduleError(
+            f"predicted.compute_ms: schedule claims {claimed.compute_ms} ms, the simulator says {result.compute_ms}"
+        )
+    return result

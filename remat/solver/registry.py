@@ -1,0 +1,52 @@
+"""The list of strategies, looked up by name and profile kind.
+
+Each strategy lives in its own module and exposes ``STRATEGY``; add it to ``_ALL`` below.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from remat.schedules import ChainProfile, GraphProfile, RematError, Schedule
+from remat.solver import store_all
+from remat.solver.common import Strategy
+
+_ALL: tuple[Strategy, ...] = (store_all.STRATEGY,)
+
+STRATEGIES: dict[tuple[str, str], Strategy] = {(s.kind, s.name): s for s in _ALL}
+
+
+def strategy_names(kind: str | None = None) -> list[str]:
+    """Names of the registered strategies (of one kind, or all), in registration order."""
+    names: list[str] = []
+    for strategy in _ALL:
+        if (kind is None or strategy.kind == kind) and strategy.name not in names:
+            names.append(strategy.name)
+    return names
+
+
+def get_strategy(name: str, kind: str) -> Strategy:
+    """The strategy ``name`` for ``kind`` (``"chain"`` or ``"graph"``), or a one-line error."""
+    strategy = STRATEGIES.get((kind, name))
+    if strategy is None:
+        available = ", ".join(strategy_names(kind)) or "none"
+        raise RematError(f"unknown strategy '{name}' for a {kind} profile (available: {available})")
+    return strategy
+
+
+def solve(profile: ChainProfile | GraphProfile, budget: int, strategy: str, **options: Any) -> Schedule:
+    """Solve ``profile`` under ``budget`` bytes with the named strategy.
+
+    Options that are ``None`` are dropped; an option the strategy does not take is an error.
+    """
+    kind = "chain" if isinstance(profile, ChainProfile) else "graph"
+    chosen = get_strategy(strategy, kind)
+    given = {k: v for k, v in options.items() if v is not None}
+    for key in given:
+        if key not in chosen.options:
+            takes = ", ".join(chosen.options) or "no options"
+            raise RematError(f"option '{key}' does not apply to strategy '{strategy}' (it takes: {takes})")
+    return chosen.solve(profile, int(budget), **given)
+
+
+__all__ = ["STRATEGIES", "Strategy", "get_strategy", "solve", "strategy_names", "GraphProfile"]
