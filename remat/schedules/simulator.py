@@ -252,7 +252,8 @@ def check_schedule(
     claimed = schedule.predicted
     if claimed.peak_memory != result.peak_memory:
         raise ScheduleError(
-            f"predicted.peak_memory: schedule claims {claimed.peak_memory} bytes, the simulator says {result.peak_memory}"
+            f"predicted.peak_memory: schedule claims {claimed.peak_memory} bytes, "
+            f"the simulator says {result.peak_memory}"
         )
     if not _close(claimed.compute_ms, result.compute_ms) or not _close(claimed.recompute_ms, result.recompute_ms):
         raise ScheduleError(
