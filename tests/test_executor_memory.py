@@ -90,3 +90,15 @@ def test_storage_bytes_counts_distinct_storages():
     a = torch.empty(10, 10)
     b = torch.empty(5)
     assert storage_bytes(a, a[2], a.t(), b) == 400 + 20
+
+
+def test_views_of_untracked_storages_are_not_new():
+    w = torch.randn(64, 32)
+    with StorageTracker() as tracker:
+        views = [w.t(), w[1:], w.detach(), w.view(-1)]
+        w.add_(1)
+        assert tracker.current_bytes == 0
+        ones = torch.ones(64, 1)
+        y = w.t() @ ones  # only the result and the ones are new
+        assert tracker.current_bytes == 32 * 4 + 64 * 4
+        del views, y, ones

@@ -87,11 +87,19 @@ class StorageTracker(TorchDispatchMode):
         super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
         if not self._paused:
+            # an output whose storage belongs to an input (a view, an in-place or out= op) is not a
+            # new allocation: count it only if that storage is already counted (a resize shows up)
+            inputs = {
+                s._cdata
+                for t in tree_leaves((args, kwargs))
+                if isinstance(t, torch.Tensor) and (s := _storage(t)) is not None
+            }
             for leaf in tree_leaves(out):
                 if isinstance(leaf, torch.Tensor):
-                    self._register(leaf)
+                    self._register(leaf, inputs)
         return out
 
     # -- public API -----------------------------------------------------------------------
@@ -132,7 +140,7 @@ class StorageTracker(TorchDispatchMode):
             self._paused -= 1
 
     # -- internals ------------------------------------------------------------------------
-    def _register(self, tensor: torch.Tensor) -> None:
+    def _register(self, tensor: torch.Tensor, inputs: set[int] | frozenset[int] = frozenset()) -> None:
         storage = _storage(tensor)
         if storage is None or storage.device.type != self.device:
             return
@@ -146,6 +154,8 @@ class StorageTracker(TorchDispatchMode):
                 if entry[1] != nbytes:  # resized in place (resize_, out= ops)
                     self._live[key] = (entry[0], nbytes)
                     self._change(entry[0], nbytes - entry[1])
+                return
+            if key in inputs:  # a view of / in-place on a storage allocated before the tracker started
                 return
             ident = self._next_id
             self._next_id += 1
@@ -178,6 +188,67 @@ def _storage(tensor: torch.Tensor) -> torch.UntypedStorage | None:
         return None
 
 
+class CudaMeter:
+    """The same interface as :class:`StorageTracker` for CUDA, from the caching allocator.
+
+    ``current_bytes``/``peak_bytes`` are relative to ``torch.cuda.memory_allocated()`` when the
+    block was entered (bytes; the allocator rounds every block up to 512 bytes).
+    """
+
+    def __init__(self, device: str | torch.device = "cuda") -> None:
+        self.device = torch.device(device)
+        self.base = 0
+        self._peak_floor = 0
+
+    def __enter__(self) -> CudaMeter:
+        torch.cuda.synchronize(self.device)
+        self.base = torch.cuda.memory_allocated(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        self._peak_floor = 0
+        return self
+
+    def __exit__(self, *exc) -> None:
+        torch.cuda.synchronize(self.device)
+
+    @property
+    def current_bytes(self) -> int:
+        return torch.cuda.memory_allocated(self.device) - self.base
+
+    @property
+    def peak_bytes(self) -> int:
+        torch.cuda.synchronize(self.device)
+        return max(self._peak_floor, torch.cuda.max_memory_allocated(self.device) - self.base)
+
+    def reset_peak(self) -> None:
+        torch.cuda.synchronize(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        self._peak_floor = 0
+
+    def track(self, *tensors: torch.Tensor) -> None:  # noqa: D102 - existing memory is in ``base`` already
+        return None
+
+    def ignore(self, *tensors: torch.Tensor) -> None:  # noqa: D102 - the allocator cannot exclude
+        return None
+
+    def mark(self, label: str) -> None:  # noqa: D102
+        return None
+
+
+def memory_meter(device: str | torch.device) -> StorageTracker | CudaMeter:
+    """A meter of live bytes allocated on ``device`` after entering it: allocator on CUDA, tracker on CPU."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return CudaMeter(device)
+    return StorageTracker(device)
+
+
+def allocation_size(nbytes: int, device: str | torch.device) -> int:
+    """Bytes a storage of ``nbytes`` occupies: CUDA's allocator rounds up to 512 bytes; CPU is exact."""
+    if torch.device(device).type == "cuda" and nbytes > 0:
+        return ((nbytes + 511) // 512) * 512
+    return nbytes
+
+
 def active_trackers() -> tuple[StorageTracker, ...]:
     """The trackers currently counting (innermost last)."""
     return tuple(_ACTIVE)
@@ -192,6 +263,13 @@ def untracked() -> Iterator[None]:
         yield
 
 
+def notify_resized(tensor: torch.Tensor) -> None:
+    """Tell the active trackers that ``tensor``'s storage was resized outside an aten op
+    (``untyped_storage().resize_``), which the dispatch mode cannot see."""
+    for tracker in list(_ACTIVE):
+        tracker.track(tensor)
+
+
 def storage_bytes(*tensors: torch.Tensor) -> int:
     """Bytes of the distinct storages behind ``tensors`` (views of one storage count once)."""
     seen: dict[int, int] = {}
@@ -202,4 +280,14 @@ def storage_bytes(*tensors: torch.Tensor) -> int:
     return sum(seen.values())
 
 
-__all__ = ["MemoryEvent", "StorageTracker", "active_trackers", "storage_bytes", "untracked"]
+__all__ = [
+    "CudaMeter",
+    "MemoryEvent",
+    "StorageTracker",
+    "allocation_size",
+    "memory_meter",
+    "notify_resized",
+    "active_trackers",
+    "storage_bytes",
+    "untracked",
+]
