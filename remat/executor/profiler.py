@@ -222,6 +222,11 @@ def profile_chain(
     try:
         state.zero_grads()
         x = example_input.detach()
+        for _ in range(max(0, warmup)):  # whole-model warm-up: thread pools, allocator, kernel caches
+            out = chain(x)
+            if out.requires_grad:
+                out.backward(torch.ones_like(out))
+            del out
         stages = []
         nograd_overheads = []
         iterator = range(len(chain))
