@@ -51,7 +51,7 @@ def load_model(spec: str) -> nn.Module:
 def parse_shape(text: str) -> tuple[int, ...]:
     """``"32,3,224,224"`` -> ``(32, 3, 224, 224)``; positive integers only."""
     try:
-        shape = tuple(int(part) for part in text.replace("x", ",").split(",") if part.strip())
+        shape = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
         shape = ()
     if not shape or any(d <= 0 for d in shape):
