@@ -19,7 +19,7 @@ from remat.solver import solve, strategy_names
 from remat.solver.common import make_schedule
 
 MODELS = ("mlp", "cnn", "transformer")
-BUDGET_FRACTIONS = (1.0, 0.7, 0.5, 0.35)
+BUDGET_FRACTIONS = (1.0, 0.6, 0.35)
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +51,14 @@ def _schedules(profile):
         "segments-2": chain_ops.segments(n, [n // 2]),
         "recompute-all": chain_ops.recompute_all(n),
         "mixed": chain_ops.mixed(n),
+        "every-stage": chain_ops.segments(n, list(range(1, n))),
     }
     for label, ops in hand.items():
         found.append((label, make_schedule(profile, 2**62, label, ops)))
-    return found
+    unique = {}
+    for label, schedule in found:  # strategies often agree at loose budgets: replay each op list once
+        unique.setdefault(schedule.ops, (label, schedule))
+    return list(unique.values())
 
 
 def _step(module, x, weight, seed):
@@ -77,20 +81,35 @@ def test_replay_equals_plain_training_and_prediction(name, setups):
         plain = copy.deepcopy(model)
         remat_model = copy.deepcopy(model)
         wrapped = RematChain(remat_model, schedule, profile)
-        out_plain, rng_plain = _step(plain, x, weight, seed=123)
-        out_remat, rng_remat = _step(wrapped, x, weight, seed=123)
-        assert torch.equal(out_plain, out_remat), label
-        assert torch.equal(rng_plain, rng_remat), f"{label}: the global RNG advanced differently"
+        torch.manual_seed(123)
+        for p in plain.parameters():
+            p.grad = torch.zeros_like(p)  # the measured step pre-allocates gradients too
+        (plain(x) * weight).sum().backward()
+        rng_plain = torch.get_rng_state()
+        torch.manual_seed(123)
+        # one measured training step: the same step gives the gradients and the peak memory
+        measured = measure_steps(wrapped, x, steps=1, warmup=0, timeline=False, timed=False, weight=weight)
+        assert torch.equal(rng_plain, torch.get_rng_state()), f"{label}: the global RNG advanced differently"
         for (pname, p), q in zip(plain.named_parameters(), remat_model.parameters(), strict=True):
             assert torch.equal(p.grad, q.grad), f"{label}: gradient of {pname} differs"
         for (bname, b), c in zip(plain.named_buffers(), remat_model.buffers(), strict=True):
             assert torch.equal(b, c), f"{label}: buffer {bname} differs from one plain step's"
-
-        measured_model = copy.deepcopy(model)
-        report = compare(profile, schedule, RematChain(measured_model, schedule, profile), x, steps=1, warmup=1)
-        assert abs(report.peak_error) <= 0.05, (
-            f"{name} {label}: predicted {report.predicted_peak} bytes, measured {report.measured_peak}"
+        predicted = schedule.predicted.peak_memory
+        assert abs(measured.peak_memory - predicted) <= 0.05 * predicted, (
+            f"{name} {label}: predicted {predicted} bytes, measured {measured.peak_memory}"
         )
+
+
+def test_report_compares_prediction_and_measurement(setups):
+    model, x, profile = setups["cnn"]
+    schedule = make_schedule(profile, 2**62, "hand", chain_ops.mixed(profile.length))
+    report = compare(profile, schedule, RematChain(copy.deepcopy(model), schedule, profile), x, steps=1)
+    assert report.predicted_peak == schedule.predicted.peak_memory
+    assert abs(report.peak_error) <= 0.05
+    assert report.measured_ms > 0 and len(report.measured_timeline) == len(schedule.ops)
+    data = report.to_dict()
+    assert data["peak_memory"]["measured"] == report.measured_peak
+    assert "peak activation memory" in report.table()
 
 
 def test_dropout_masks_are_replayed(setups):

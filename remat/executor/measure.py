@@ -65,28 +65,36 @@ def _sync(device: torch.device) -> None:
 
 
 def measure_steps(
-    wrapped: RematChain, x: torch.Tensor, steps: int = 3, warmup: int = 1, timeline: bool = True
+    wrapped: RematChain,
+    x: torch.Tensor,
+    steps: int = 3,
+    warmup: int = 1,
+    timeline: bool = True,
+    timed: bool = True,
+    weight: torch.Tensor | None = None,
 ) -> Measurement:
     """Run ``warmup`` + ``steps`` training steps (forward + backward, no optimizer) and measure them.
 
     Memory is measured on every step (the largest peak is reported); time is the median of the
-    steps, each measured in a separate, unmetered run so the CPU tracker's bookkeeping is not timed.
+    steps, each measured in a separate, unmetered run so the CPU tracker's bookkeeping is not timed
+    (``timed=False`` skips them: ``step_ms`` is then NaN). ``weight`` is the loss weight ``r``
+    (default: random, drawn after the first forward). ``warmup=0`` measures the very first step.
     """
     device = x.device
     wrapped.train()
     input_bytes = allocation_size(x.untyped_storage().nbytes(), device)
-    weight: list[torch.Tensor] = []
+    weights: list[torch.Tensor] = [] if weight is None else [weight]
 
     def step() -> None:
         out = wrapped(x)
-        if not weight:
+        if not weights:
             with untracked():
-                weight.append(torch.randn_like(out))
-        loss = (out * weight[0]).sum()
+                weights.append(torch.randn_like(out))
+        loss = (out * weights[0]).sum()
         del out
         loss.backward()
 
-    for _ in range(max(1, warmup)):
+    for _ in range(max(0, warmup)):
         _prepare_grads(wrapped)
         step()
 
@@ -99,7 +107,7 @@ def measure_steps(
             peak = max(peak, meter.peak_bytes)
 
     times = []
-    for _ in range(max(1, steps)):
+    for _ in range(max(1, steps) if timed else 0):
         _prepare_grads(wrapped)
         _sync(device)
         begin = time.perf_counter()
@@ -137,7 +145,7 @@ def measure_steps(
                 wrapped.observer = None
     return Measurement(
         peak_memory=peak + input_bytes,
-        step_ms=float(statistics.median(times)),
+        step_ms=float(statistics.median(times)) if times else math.nan,
         steps=steps,
         device=str(device),
         timeline=tuple(records),
