@@ -10,6 +10,7 @@ from typing import Any
 from remat.schedules.errors import ProfileError, RematError, ScheduleError
 from remat.schedules.profile import CHAIN_FORMAT, GRAPH_FORMAT, ChainProfile, GraphProfile
 from remat.schedules.schedule import SCHEDULE_FORMAT, Schedule
+from remat.schedules.schema import validate
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:
@@ -42,10 +43,12 @@ def profile_from_dict(data: Any) -> ChainProfile | GraphProfile:
     if not isinstance(data, dict):
         raise ProfileError(f"profile: must be a JSON object, got {type(data).__name__}")
     fmt = data.get("format")
-    if fmt == CHAIN_FORMAT:
-        return ChainProfile.from_dict(data)
-    if fmt == GRAPH_FORMAT:
-        return GraphProfile.from_dict(data)
+    if fmt in (CHAIN_FORMAT, GRAPH_FORMAT):
+        profile = (ChainProfile if fmt == CHAIN_FORMAT else GraphProfile).from_dict(data)
+        # The dataclass checks above give the most specific messages; the schema is the
+        # published contract, and every accepted file must satisfy it too.
+        validate(data, fmt, ProfileError)
+        return profile
     if fmt is None:
         raise ProfileError("format: missing required field")
     raise ProfileError(f"format: expected '{CHAIN_FORMAT}' or '{GRAPH_FORMAT}', got {fmt!r}")
@@ -70,7 +73,9 @@ def load_schedule(path: str | os.PathLike[str]) -> Schedule:
     if isinstance(data, dict) and data.get("format") not in (SCHEDULE_FORMAT, None) and "ops" not in data:
         raise ScheduleError(f"{path}: format: expected '{SCHEDULE_FORMAT}', got {data.get('format')!r}")
     try:
-        return Schedule.from_dict(data)
+        schedule = Schedule.from_dict(data)
+        validate(data, SCHEDULE_FORMAT, ScheduleError)
+        return schedule
     except ScheduleError as error:
         raise ScheduleError(f"{path}: {error}") from None
 
