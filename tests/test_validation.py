@@ -13,7 +13,6 @@ import pytest
 from remat.cli import main
 from remat.schedules import ProfileError, RematError, ScheduleError, load_profile, load_schedule, profile_from_dict
 
-
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -2,10 +2,10 @@
 "Algorithm 799: revolve").
 
 Classic setting: reverse a chain of ``l`` steps holding at most ``c`` checkpoints (states a_i)
-at once, the input's included. Reversing step i ("adjoint step") needs the state a_i; it runs the
-step once more, recorded, then its backward. Revolve minimises the number of *forward steps*
-(advances that only move a state along) and needs, with ``r`` the smallest integer such that
-``C(c + r, c) >= l``::
+at once, the input's included, besides the one working state being advanced. Reversing step i
+("adjoint step") needs the state a_i; it runs the step once more, recorded, then its backward.
+Revolve minimises the number of *forward steps* (advances that only move a state along) and
+needs, with ``r`` the smallest integer such that ``C(c + r, c) >= l``::
 
     t(l, c) = r * l - C(c + r, r - 1)
 
