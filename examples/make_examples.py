@@ -44,30 +44,29 @@ def _stage(name, flops, moved, throughput, output_size, saved_size, fwd_over, bw
 
 
 def homogeneous(blocks: int = 32, tokens: int = 16384, width: int = 1024) -> dict:
-    """Identical fp32 MLP blocks ``x + Linear(4d->d)(GELU(Linear(d->4d)(x)))`` on ``tokens`` rows.
+    """Identical bf16 MLP blocks ``x + Linear(4d->d)(GELU(Linear(d->4d)(x)))`` on ``tokens`` rows.
 
     Saved per block: Linear1's output (GELU's input) and GELU's output (Linear2's input), 4d each,
     plus the block output (d); Linear1's input is the block input a_i (not counted). Transient:
     Linear2's output before the residual add (d). Backward transient: the gradients of the two
-    4d tensors. FLOPs: two matmuls of 2 * tokens * d * 4d.
+    4d tensors. FLOPs: two matmuls of 2 * tokens * d * 4d. Parameters: fp32 master weights.
     """
-    f32 = 4
-    d4 = tokens * 4 * width * f32
-    out = tokens * width * f32
+    bf16 = 2
+    d4 = tokens * 4 * width * bf16
+    out = tokens * width * bf16
     flops = 2 * (2 * tokens * width * 4 * width)
     moved = 2 * d4 + 3 * out  # GELU reads and writes 4d; the add reads two d and writes one
-    stage = _stage(
-        "mlp", flops, moved, FP32_FLOPS, out, 2 * d4 + out, out, 2 * d4, (8 * width * width + 5 * width) * f32
-    )
+    params = (8 * width * width + 5 * width) * 4
+    stage = _stage("mlp", flops, moved, BF16_FLOPS, out, 2 * d4 + out, out, 2 * d4, params)
     return {
         "format": "remat-chain-v1",
-        "name": f"mlp{blocks}-d{width}-tokens{tokens}-fp32",
+        "name": f"mlp{blocks}-d{width}-tokens{tokens}-bf16",
         "input_size": out,
         "stages": [dict(stage, name=f"block{i}") for i in range(blocks)],
         "metadata": {
             "source": "computed by examples/make_examples.py: shapes x dtype bytes, FLOPs at an assumed throughput",
             "model": f"{blocks} identical residual MLP blocks, width {width}, hidden {4 * width}",
-            "dtype": "float32",
+            "dtype": "bfloat16 activations (autocast)",
             "batch_size": tokens,
             "batch_note": "tokens (rows) per step, e.g. 16 sequences of 1024",
             "device": DEVICE,

@@ -6,6 +6,8 @@ gradient is 1 byte, forward 1 ms, backward 2 ms, no overheads; so memory counts 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from conftest import three_stage_chain, uniform_chain
 
@@ -172,3 +174,39 @@ def test_chain_strategies_refuse_graphs():
     for name in ("recompute-all", "sequential", "chen-sqrt", "chen-greedy", "revolve"):
         with pytest.raises((ProfileError, RematError)):
             solve(graph, 10, name)
+
+
+def test_examples_are_what_make_examples_writes():
+    """The bundled profiles are the script's output (numbers traceable to shapes and FLOPs)."""
+    import importlib.util
+    import json
+
+    from conftest import EXAMPLES
+
+    spec = importlib.util.spec_from_file_location("make_examples", EXAMPLES / "make_examples.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for filename, build in module.EXAMPLES.items():
+        assert json.loads((EXAMPLES / filename).read_text()) == json.loads(json.dumps(build())), filename
+
+
+def test_examples_load_with_sources_and_realistic_sizes():
+    from conftest import EXAMPLES
+
+    from remat.schedules import ChainProfile, GraphProfile, load_profile
+
+    for filename in ("homogeneous.json", "resnet_like.json", "transformer_like.json"):
+        profile = load_profile(EXAMPLES / filename)
+        assert isinstance(profile, ChainProfile)
+        assert "make_examples.py" in profile.metadata["source"]
+        peak = solve(profile, 2**62, "store-all").predicted.peak_memory
+        assert 2**30 <= peak <= 64 * 2**30, (filename, peak)  # GBs, as on a real accelerator
+    homogeneous = load_profile(EXAMPLES / "homogeneous.json")
+    assert len({dataclasses.replace(stage, name="") for stage in homogeneous.stages}) == 1
+    graph = load_profile(EXAMPLES / "small_graph.json")
+    assert isinstance(graph, GraphProfile)
+    # a skip connection: some node reads a node other than its immediate predecessor in the order
+    assert any(u < v - 1 for u, v in graph.edges)
+    assert graph.nodes[-1].backward and not graph.nodes[0].backward
+    order = [("compute", v) for v in range(graph.size)]
+    assert simulate(graph, order).recompute_ms == 0.0
