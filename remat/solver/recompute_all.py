@@ -3,8 +3,11 @@
 For each backward ``B i`` (i = n-1 .. 0) the schedule walks forward from ``a[0]`` without
 keeping anything (``F_n 0 .. F_n i-1``; ``F_n 0`` leaves ``a[0]`` in place because the caller
 owns it), records stage i (``F_all i``) and runs ``B i``. Memory holds at most the input, one
-activation in flight, one recorded stage and one gradient: the least of any baseline here
-(not necessarily the least possible: an unrecorded walk still holds a_j and a_{j+1} together).
+activation in flight, one recorded stage and one gradient. That is usually the smallest peak of
+the baselines, but not always: every recomputation runs while a gradient g[i+1] is held, so on a
+heterogeneous chain a stage with a large forward overhead can peak higher here than in a
+segment schedule that runs that forward before any gradient exists (a search over random
+chains finds such cases). On identical stages it is the smallest of the baselines (tested).
 Forward work is quadratic: stage j runs forward ``n - j`` times, n(n+1)/2 forwards in all.
 """
 
@@ -41,7 +44,7 @@ def solve(profile: ChainProfile, budget: int) -> Schedule:
 STRATEGY = Strategy(
     name=NAME,
     kind="chain",
-    description="keep only the input, recompute from it before every backward: least memory, quadratic time",
+    description="keep only the input, recompute from it before every backward: little memory, quadratic time",
     solve=solve,
     reference="the trivial extreme of Chen et al. 2016 / Griewank-Walther with one checkpoint",
 )
