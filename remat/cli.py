@@ -145,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--strategy", default="store-all", help="strategy name (see 'remat strategies'; default store-all)"
     )
     solve.add_argument("--segments", type=int, help="sequential: force this many segments")
+    solve.add_argument("--slots", type=int, help="revolve: force this many checkpoint slots (the input's included)")
     solve.add_argument("-o", "--output", help="write the schedule JSON here")
     solve.set_defaults(func=_cmd_solve)
 

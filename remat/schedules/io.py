@@ -24,6 +24,8 @@ def read_json(path: str | os.PathLike[str]) -> Any:
         raise RematError(f"{path}: is a directory, not a JSON file") from None
     except OSError as error:
         raise RematError(f"{path}: cannot read ({error.strerror})") from None
+    except UnicodeDecodeError:
+        raise RematError(f"{path}: not valid JSON (not UTF-8 text)") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
@@ -31,11 +33,15 @@ def read_json(path: str | os.PathLike[str]) -> Any:
 
 
 def write_json(data: Any, path: str | os.PathLike[str]) -> None:
-    """Write JSON (indented, trailing newline), creating parent folders."""
+    """Write JSON (indented, trailing newline), creating parent folders; OS errors become one line."""
     path = Path(path)
-    if path.parent and not path.parent.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
+    text = json.dumps(data, indent=1, allow_nan=False) + "\n"
+    try:
+        if path.parent and not path.parent.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as error:
+        raise RematError(f"{path}: cannot write ({error.strerror or error})") from None
 
 
 def profile_from_dict(data: Any) -> ChainProfile | GraphProfile:
