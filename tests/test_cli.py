@@ -51,7 +51,7 @@ def _solved(tmp_path, capsys, strategy, budget, *extra):
 
 def test_solve_options(tmp_path, capsys):
     assert _solved(tmp_path, capsys, "sequential", "100%", "--segments", "3").extra["segments"] == 3
-    assert _solved(tmp_path, capsys, "revolve", "100%", "--slots", "2").extra["slots"] == 2
+    assert _solved(tmp_path, capsys, "revolve", "100%", "--checkpoints", "2").extra["checkpoints"] == 2
 
 
 def test_solve_infeasible_states_the_smallest_budget(capsys):
@@ -59,6 +59,19 @@ def test_solve_infeasible_states_the_smallest_budget(capsys):
     assert code == 2
     assert "strategy 'chen-sqrt' cannot fit a budget of 1.00 MiB" in err
     assert "the smallest budget it can meet is" in err
+
+
+def test_simulate_exits_1_when_the_schedule_is_over_its_budget(tmp_path, capsys):
+    import json
+
+    _solved(tmp_path, capsys, "store-all", "100%")
+    path = tmp_path / "store-all.json"
+    data = json.loads(path.read_text())
+    data["budget"] = data["predicted"]["peak_memory"] - 1
+    path.write_text(json.dumps(data))
+    code, out, err = _run(capsys, ["simulate", RESNET, str(path)])
+    assert code == 1
+    assert "within budget  NO" in out and "exceeds the schedule's budget" in err
 
 
 def test_simulate_prints_table_and_plot(tmp_path, capsys):

@@ -98,9 +98,9 @@ def test_forced_options(profile, data):
     schedule = _check(profile, budget, "sequential", segments=k)
     if schedule is not None and not isinstance(schedule, InfeasibleBudgetError):
         assert schedule.extra["segments"] == k
-    schedule = _check(profile, budget, "revolve", slots=c)
+    schedule = _check(profile, budget, "revolve", checkpoints=c)
     if schedule is not None and not isinstance(schedule, InfeasibleBudgetError):
-        assert schedule.extra["slots"] == c
+        assert schedule.extra["checkpoints"] == c
 
 
 @settings(max_examples=60, deadline=None)

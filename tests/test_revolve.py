@@ -63,7 +63,7 @@ def test_closed_form_is_the_optimum_of_the_recurrence():
 def test_forward_steps_equal_closed_form(slots):
     for length in range(1, 61):
         chain = uniform_chain(length)
-        schedule = solve(chain, 10**9, "revolve", slots=slots)
+        schedule = solve(chain, 10**9, "revolve", checkpoints=slots)
         ops = schedule.ops
         assert _advances(ops) == closed_form(length, slots), (length, slots)
         assert sum(1 for name, _ in ops if name == "F_all") == length
@@ -100,18 +100,18 @@ def test_more_slots_never_more_forward_steps():
 def test_budget_picks_largest_slot_count_that_fits():
     chain = uniform_chain(20)
     generous = solve(chain, 10**9, "revolve")
-    assert generous.extra["slots"] == 19
+    assert generous.extra["checkpoints"] == 19
     assert generous.extra["forward_steps"] == 19  # r = 1: each stage but the last advanced once
     tight = solve(chain, 6, "revolve")
     assert tight.predicted.peak_memory <= 6
-    assert simulate(chain, revolve_ops(20, tight.extra["slots"] + 1)).peak_memory > 6
+    assert simulate(chain, revolve_ops(20, tight.extra["checkpoints"] + 1)).peak_memory > 6
     with pytest.raises(InfeasibleBudgetError) as info:
         solve(chain, 2, "revolve")
-    assert info.value.min_budget == solve(chain, 10**9, "revolve", slots=1).predicted.peak_memory
+    assert info.value.min_budget == solve(chain, 10**9, "revolve", checkpoints=1).predicted.peak_memory
 
 
 def test_slots_option_validated():
     from remat.schedules import RematError
 
     with pytest.raises(RematError, match=r"slots: must be a positive integer"):
-        solve(three_stage_chain(), 10**9, "revolve", slots=0)
+        solve(three_stage_chain(), 10**9, "revolve", checkpoints=0)

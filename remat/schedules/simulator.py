@@ -261,8 +261,10 @@ def check_schedule(
             f"predicted.peak_memory: schedule claims {claimed.peak_memory} bytes, "
             f"the simulator says {result.peak_memory}"
         )
-    if not _close(claimed.compute_ms, result.compute_ms) or not _close(claimed.recompute_ms, result.recompute_ms):
-        raise ScheduleError(
-            f"predicted.compute_ms: schedule claims {claimed.compute_ms} ms, the simulator says {result.compute_ms}"
-        )
+    for key in ("compute_ms", "recompute_ms"):
+        if not _close(getattr(claimed, key), getattr(result, key)):
+            raise ScheduleError(
+                f"predicted.{key}: schedule claims {getattr(claimed, key)} ms, "
+                f"the simulator says {getattr(result, key)}"
+            )
     return result

@@ -21,7 +21,7 @@ with one slot, walk forward from ``a[s]`` before each adjoint step. The split m 
 the optimal ones, ``max(C(c+r-2, c), l - C(c+r-1, c-1))`` (Griewank & Walther 2000, Prop. 1,
 whose range of optimal splits the tests check against the DP).
 
-Which ``c``: with ``slots=c`` that c is used; with only a budget every c from 1 to n-1 (beyond
+Which ``c``: with ``checkpoints=c`` that c is used; with only a budget every c from 1 to n-1 (beyond
 that the schedule no longer changes) is built and simulated, and the largest c whose schedule
 fits is returned: the fewest forward steps that fit. On identical stages this is revolve's
 optimum for that memory. On heterogeneous chains it is not optimal in time or memory: the
@@ -94,8 +94,10 @@ def forward_steps(ops: list[Op]) -> int:
     return sum(1 for name, _ in ops if name in ("F_ck", "F_n"))
 
 
-def solve(profile: ChainProfile, budget: int, slots: int | None = None) -> Schedule:
-    """Binomial checkpointing with ``slots`` checkpoints, or the largest slot count that fits ``budget`` bytes."""
+def solve(profile: ChainProfile, budget: int, checkpoints: int | None = None) -> Schedule:
+    """Binomial checkpointing with ``checkpoints`` slots (a[0] included), or the largest count that fits
+    ``budget`` bytes. (The option is not called ``slots``: that name is the DP's memory discretization.)"""
+    slots = checkpoints
     profile = require_chain(profile, NAME)
     n = profile.length
     choices = [slots] if slots is not None else list(range(1, max(1, n - 1) + 1))
@@ -111,7 +113,7 @@ def solve(profile: ChainProfile, budget: int, slots: int | None = None) -> Sched
         detail = f"with {slots} slots" if slots is not None else f"over every slot count 1..{choices[-1]}"
         raise InfeasibleBudgetError(NAME, budget, min_peak, detail)
     c, ops = chosen
-    return make_schedule(profile, budget, NAME, ops, extra={"slots": c, "forward_steps": forward_steps(ops)})
+    return make_schedule(profile, budget, NAME, ops, extra={"checkpoints": c, "forward_steps": forward_steps(ops)})
 
 
 STRATEGY = Strategy(
@@ -119,6 +121,6 @@ STRATEGY = Strategy(
     kind="chain",
     description="Griewank-Walther binomial checkpointing: fewest forward steps for c slots (c from the budget)",
     solve=solve,
-    options=("slots",),
+    options=("checkpoints",),
     reference="Griewank & Walther 2000, Algorithm 799: revolve, ACM TOMS 26(1)",
 )
