@@ -54,7 +54,7 @@ def _cmd_solve(args: argparse.Namespace) -> int:
 
     profile = load_profile(args.profile)
     budget = parse_budget(args.budget, profile)
-    options = {name: getattr(args, name, None) for name in ("segments", "slots", "time_limit")}
+    options = {name: getattr(args, name, None) for name in ("segments", "checkpoints", "slots", "time_limit")}
     schedule = solve(profile, budget, args.strategy, **options)
     check_schedule(profile, schedule)
     predicted = schedule.predicted
@@ -101,6 +101,12 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
         plot_timeline(profile, schedule, result, args.plot)
         print(f"wrote {args.plot}")
+    if result.peak_memory > schedule.budget:
+        print(
+            f"remat: error: peak {result.peak_memory} bytes exceeds the schedule's budget {schedule.budget} bytes",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -227,6 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--strategy", default="store-all", help="strategy name (see 'remat strategies'; default store-all)"
     )
     solve.add_argument("--segments", type=int, help="sequential: force this many segments")
+    solve.add_argument(
+        "--checkpoints", type=int, help="revolve: force this many checkpoint slots (the input's included)"
+    )
     solve.add_argument("-o", "--output", help="write the schedule JSON here")
     solve.set_defaults(func=_cmd_solve)
 

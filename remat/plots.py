@@ -26,7 +26,7 @@ def plot_timeline(profile, schedule: Schedule, result: SimulationResult, path: s
         f"{profile.name}: {schedule.strategy}, peak {format_size(result.peak_memory)}, "
         f"+{result.recompute_ms:.1f} ms recompute"
     )
-    ax.legend(loc="upper right", fontsize=8)
+    ax.legend(loc="best", fontsize=8, framealpha=0.8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)
