@@ -26,7 +26,7 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from remat.schedules import ChainProfile, InfeasibleBudgetError, Op, Schedule
+from remat.schedules import ChainProfile, InfeasibleBudgetError, Op, RematError, Schedule
 from remat.solver.common import Strategy, make_schedule, require_chain
 from remat.solver.front import FrontPoint
 from remat.solver.optimal_table import Table, build_table, slot_size
@@ -57,13 +57,15 @@ _CACHE: OrderedDict[tuple[str, int, int], Table] = OrderedDict()
 _CACHE_SIZE = 4
 
 
+def _check_slots(slots: object) -> None:
+    if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+        raise RematError(f"slots: must be a positive integer, got {slots!r}")
+
+
 def table_for(profile: ChainProfile, free_bytes: int, slots: int = DEFAULT_SLOTS) -> Table:
     """The DP table covering ``free_bytes`` of free memory (budget minus the input a_0) in
     ``slots`` slots; cached for the last few (profile, slot size, slots)."""
-    if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
-        from remat.schedules import RematError
-
-        raise RematError(f"slots: must be a positive integer, got {slots!r}")
+    _check_slots(slots)
     slot = slot_size(free_bytes, slots)
     levels = min(slots, free_bytes // slot)
     key = (profile.sha256, slot, levels)
@@ -207,6 +209,7 @@ def solve(profile: ChainProfile, budget: int, slots: int = DEFAULT_SLOTS) -> Sch
     this function does return a schedule (the front table's first feasible level).
     """
     profile = require_chain(profile, NAME)
+    _check_slots(slots)
     if budget >= store_all_peak(profile):
         return _store_all_schedule(profile, budget)
     free = budget - profile.input_size
@@ -231,6 +234,7 @@ def optimal_front(profile: ChainProfile, slots: int = DEFAULT_SLOTS, progress: b
     dominated ones (another point no larger and no slower) are dropped.
     """
     profile = require_chain(profile, NAME)
+    _check_slots(slots)
     table, slot = _front_table(profile, slots)
     levels = []
     previous = math.inf
