@@ -200,7 +200,14 @@ def _cmd_profile(args: argparse.Namespace) -> int:
             raise RematError(
                 "--graph: the graph profiler (remat.executor.graph_profile) is not available in this build"
             ) from error
-        profile = profile_graph(model, x)
+        profile = profile_graph(
+            model,
+            tuple(x.shape),
+            device=device,
+            dtype=str(x.dtype).replace("torch.", ""),
+            name=name,
+            repeats=args.repeats,
+        )
         from remat.schedules import save_profile
 
         save_profile(profile, args.output)
