@@ -252,7 +252,6 @@ class RematChain(nn.Module):
         self.forward_ops = self.ops[:first_b]
         self.backward_ops = self.ops[first_b:]
         self._snapshots: dict[int, list[torch.Tensor]] = {}
-        self._anchor = torch.empty(0, requires_grad=True)
         # called as observer(position, op, index, "before" | "after") around every op (measurement)
         self.observer = None
 
@@ -273,7 +272,10 @@ class RematChain(nn.Module):
         if not torch.is_grad_enabled() or not self.training:
             return self.chain(x)
         step = _Step(self, x)
-        out = _ReplayFunction.apply(step, self._anchor, x)
+        # a 0-byte leaf that requires grad puts the Function in the graph even when neither x nor
+        # the Function's other inputs do (parameters are reached through the inner backward calls)
+        anchor = torch.empty(0, device=x.device, requires_grad=True)
+        out = _ReplayFunction.apply(step, anchor, x)
         step.output_ref = weakref.ref(out)
         return out
 
