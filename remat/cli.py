@@ -28,6 +28,11 @@ EXIT_USER_ERROR = 2
 class _Parser(argparse.ArgumentParser):
     """argparse whose errors are one line and exit 2, like every other remat error."""
 
+    def __init__(self, *args, **kwargs) -> None:
+        # Keep examples in epilogs on one line each.
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> None:  # noqa: D102 - argparse API
         self.exit(EXIT_USER_ERROR, f"remat: error: {message} (see '{self.prog} --help')\n")
 
@@ -282,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="remat",
         description="Optimal activation checkpointing under a memory budget.",
-        epilog="example: remat solve examples/resnet_like.json --budget 40%% --strategy chen-sqrt -o schedule.json",
+        epilog="example: remat solve examples/resnet_like.json --budget 40% --strategy chen-sqrt -o schedule.json",
     )
     from remat import __version__
 
