@@ -803,6 +803,19 @@ def _measure_times(
         if b.is_floating_point():
             b.data = b.data.to(dtype)
     gm.train(model.training)
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        return _measure_forked(plan, gm, inputs, device, dtype, repeats)
+
+
+def _measure_forked(
+    plan: GraphPlan,
+    gm: fx.GraphModule,
+    inputs: tuple[torch.Tensor, ...],
+    device: torch.device,
+    dtype: torch.dtype,
+    repeats: int,
+) -> tuple[list[float], list[float]]:
     real_inputs = {}
     for name, value in zip(plan.placeholders, inputs, strict=True):
         if value.device.type == "meta":
@@ -818,47 +831,45 @@ def _measure_times(
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    devices = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        for _ in range(repeats + 1):  # the first round warms up and is discarded
-            values: dict[str, Any] = dict(real_inputs)
-            consts = ConstCache(plan.graph_module, gm, real_inputs)
-            recorded = []
-            times_f, times_b = [0.0] * count, [0.0] * count
-            for p, piece in enumerate(plan.pieces):
-                sync()
-                start = time.perf_counter()
-                rec = forward_piece(gm, plan.graph_module, piece, values.__getitem__, consts, plan.grad_inputs[p])
-                sync()
-                times_f[p] = (time.perf_counter() - start) * 1e3
-                recorded.append(rec)
-                values.update(rec.outputs)
-            grads_of: dict[int, dict[str, torch.Tensor]] = {}
-            out = values[plan.output_value]
-            seed = torch.ones_like(out)
-            for p in reversed(range(count)):
-                if plan.backward_node[p] is None:
-                    continue
-                piece = plan.pieces[p]
-                sync()
-                start = time.perf_counter()
-                output_grads: dict[str, torch.Tensor] = {}
-                for o in piece.outputs:
-                    contributions = [grads_of[c][o] for c in grads_of if o in grads_of[c]]
-                    if o == plan.output_value:
-                        contributions.append(seed)
-                    if contributions:
-                        output_grads[o] = contributions[0] if len(contributions) == 1 else sum(contributions)
-                grads_of[p], _ = backward_piece(
-                    piece, recorded[p], output_grads, [params[n] for n in piece.params], plan.grad_inputs[p]
-                )
-                sync()
-                times_b[p] = (time.perf_counter() - start) * 1e3
-            if _ > 0:
-                for p in range(count):
-                    fwd[p].append(times_f[p])
-                    bwd[p].append(times_b[p])
-            del recorded, grads_of, values
+    for round_ in range(repeats + 1):  # the first round warms up and is discarded
+        values: dict[str, Any] = dict(real_inputs)
+        consts = ConstCache(plan.graph_module, gm, real_inputs)
+        recorded = []
+        times_f, times_b = [0.0] * count, [0.0] * count
+        for p, piece in enumerate(plan.pieces):
+            sync()
+            start = time.perf_counter()
+            rec = forward_piece(gm, plan.graph_module, piece, values.__getitem__, consts, plan.grad_inputs[p])
+            sync()
+            times_f[p] = (time.perf_counter() - start) * 1e3
+            recorded.append(rec)
+            values.update(rec.outputs)
+        grads_of: dict[int, dict[str, torch.Tensor]] = {}
+        out = values[plan.output_value]
+        seed = torch.ones_like(out)
+        for p in reversed(range(count)):
+            if plan.backward_node[p] is None:
+                continue
+            piece = plan.pieces[p]
+            sync()
+            start = time.perf_counter()
+            output_grads: dict[str, torch.Tensor] = {}
+            for o in piece.outputs:
+                contributions = [grads_of[c][o] for c in grads_of if o in grads_of[c]]
+                if o == plan.output_value:
+                    contributions.append(seed)
+                if contributions:
+                    output_grads[o] = contributions[0] if len(contributions) == 1 else sum(contributions)
+            grads_of[p], _ = backward_piece(
+                piece, recorded[p], output_grads, [params[n] for n in piece.params], plan.grad_inputs[p]
+            )
+            sync()
+            times_b[p] = (time.perf_counter() - start) * 1e3
+        if round_ > 0:
+            for p in range(count):
+                fwd[p].append(times_f[p])
+                bwd[p].append(times_b[p])
+        del recorded, grads_of, values
     return [statistics.median(t) for t in fwd], [statistics.median(t) for t in bwd]
 
 

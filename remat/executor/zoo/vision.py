@@ -135,7 +135,15 @@ class InvertedResidual(nn.Module):
 class MobileNetV2(nn.Module):
     """MobileNetV2 (Sandler et al. 2018)."""
 
-    _SETTINGS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))
+    _SETTINGS = (
+        (1, 16, 1, 1),
+        (6, 24, 2, 2),
+        (6, 32, 3, 2),
+        (6, 64, 4, 2),
+        (6, 96, 3, 1),
+        (6, 160, 3, 2),
+        (6, 320, 1, 1),
+    )
 
     def __init__(self, num_classes: int = 1000, width: float = 1.0, dropout: float = 0.2):
         super().__init__()
