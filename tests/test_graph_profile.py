@@ -12,6 +12,16 @@ from remat.executor.graph_profile import GRAD_OUTPUT_NAME, graph_plan, profile_g
 from remat.executor.zoo import vision
 from remat.schedules import GraphProfile, ProfileError, load_profile, simulate
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One intra-op thread: on a shared 2-core machine, two threads per op mostly wait on each other."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 F32 = 4
 
 

@@ -321,7 +321,9 @@ def forward_piece(
             return (slot, tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.requires_grad)
         if track_saved:
             saved_held.append(t)
-        return t
+        # detach: a saved output packed as itself would hold its own grad_fn (a reference cycle
+        # through C++ that Python's GC cannot see), and freeing the piece would free nothing.
+        return t.detach()
 
     def unpack(packed: Any) -> torch.Tensor:
         if isinstance(packed, torch.Tensor):
@@ -365,7 +367,8 @@ def backward_piece(
 ) -> tuple[dict[str, torch.Tensor], list[torch.Tensor | None]]:
     """Backward of a recorded piece: gradients w.r.t. ``grad_inputs`` and ``params``.
 
-    ``output_grads`` maps output names to their (already summed) gradients. The recorded graph is
+    ``output_grads`` maps output names to their (already summed) gradients; ``params`` must all
+    require grad (their gradients are returned in the same order). The recorded graph is
     kept (a backward node may be recomputed while its forward is still held). Input gradients
     that alias an incoming gradient or each other, or are not dense, are copied so each one owns
     exactly its dense bytes (what the graph's sizes assume).
@@ -377,7 +380,7 @@ def backward_piece(
             outs.append(value)
             grads.append(grad)
     wanted = [recorded.leaves[name] for name in grad_inputs]
-    targets = wanted + [p for p in params if p.requires_grad]
+    targets = wanted + list(params)
     if not outs or not targets:
         results: Sequence[torch.Tensor | None] = [None] * len(targets)
     else:
@@ -716,7 +719,7 @@ def build_plan(
                 contributions.append(seed)
             if contributions:
                 output_grads[o] = contributions[0] if len(contributions) == 1 else sum(contributions)
-        params = [name_to_param[n] for n in piece.params]
+        params = [name_to_param[n] for n in piece.params if name_to_param[n].requires_grad]
         with FlopCounterMode(display=False) as counter:
             in_grads, _ = backward_piece(piece, recorded[p], output_grads, params, grad_inputs[p])
         grads_of[p] = in_grads
@@ -861,7 +864,11 @@ def _measure_forked(
                 if contributions:
                     output_grads[o] = contributions[0] if len(contributions) == 1 else sum(contributions)
             grads_of[p], _ = backward_piece(
-                piece, recorded[p], output_grads, [params[n] for n in piece.params], plan.grad_inputs[p]
+                piece,
+                recorded[p],
+                output_grads,
+                [params[n] for n in piece.params if params[n].requires_grad],
+                plan.grad_inputs[p],
             )
             sync()
             times_b[p] = (time.perf_counter() - start) * 1e3
