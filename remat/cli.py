@@ -145,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--strategy", default="store-all", help="strategy name (see 'remat strategies'; default store-all)"
     )
     solve.add_argument("--segments", type=int, help="sequential: force this many segments")
+    solve.add_argument(
+        "--time-limit", type=float, help="ilp, lp-rounding: solver time limit in seconds (ilp default 60)"
+    )
     solve.add_argument("-o", "--output", help="write the schedule JSON here")
     solve.set_defaults(func=_cmd_solve)
 
