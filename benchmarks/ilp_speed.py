@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from remat.schedules import RematError, load_profile  # noqa: E402
+from remat.schedules import InfeasibleBudgetError, RematError, load_profile  # noqa: E402
 from remat.solver import solve  # noqa: E402
 from remat.solver.checkmate_model import solve_model  # noqa: E402
 from remat.solver.graph_baselines import best_baseline_plan, store_all_plan  # noqa: E402
@@ -64,7 +64,10 @@ def _run(profile, budget, strategy, **options) -> dict:
     try:
         schedule = solve(profile, budget, strategy, **options)
     except RematError as error:
-        return {"strategy": strategy, "error": str(error), "seconds": round(time.perf_counter() - start, 2)}
+        row = {"strategy": strategy, "error": str(error), "seconds": round(time.perf_counter() - start, 2)}
+        if isinstance(error, InfeasibleBudgetError):
+            row["min_budget"] = error.min_budget
+        return row
     row = {
         "strategy": strategy,
         "compute_ms": schedule.predicted.compute_ms,
@@ -117,7 +120,11 @@ def print_entry(entry: dict) -> None:
     for row in entry["results"]:
         label = row["strategy"] + (f" {row['time_limit']:g}s" if "time_limit" in row else "")
         if "error" in row:
-            print(f"  {label:<16} infeasible: {row['error'][:110]}", flush=True)
+            if row.get("min_budget"):
+                smallest = row["min_budget"] / 2**30
+                print(f"  {label:<16} infeasible; smallest budget it meets {smallest:.3f} GiB", flush=True)
+            else:
+                print(f"  {label:<16} {row['error']}", flush=True)
             continue
         extra = ""
         if "lower_bound_ms" in row:

@@ -118,7 +118,8 @@ def test_checkmate_memory_is_the_simulator_peak(seed, n, keep_probability):
 
 @pytest.mark.parametrize("seed", range(3))
 def test_solver_memory_variables_match_simulator(seed):
-    """The solver's own U values (not recomputed) equal the simulator's memory after each compute."""
+    """The solver's own U values (not recomputed) equal the simulator's memory after each compute,
+    and its FREE values are exactly where the decoded schedule frees."""
     profile = random_graph(9, seed)
     budget = (memory_lower_bound(profile) + plan_peak(profile, store_all_plan(profile))) // 2
     result = solve_model(profile, budget, time_limit=10, workers=1)
@@ -130,6 +131,7 @@ def test_solver_memory_variables_match_simulator(seed):
     after_compute = [record.memory_after for record in timeline if record.op == "compute"]
     assert after_compute == [result.memory[(t, k)] for t in range(profile.size) for k in sorted(result.plan.R[t])]
     assert max(result.memory.values()) <= budget
+    assert result.free_matches  # the solver's FREE is where the decoded ops free
 
 
 def test_time_limited_solve_returns_a_feasible_schedule():

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import reduce
 from typing import Any
@@ -83,6 +82,8 @@ class ModelResult:
         build_seconds: wall time of building the model (seconds).
         memory: U[t, k] as the solver holds it (bytes), for the computed k, or None.
         variables: number of model variables.
+        free_matches: whether the solver's FREE values are exactly Checkmate's rule applied to its
+            R and S (which is where the decoded ops free), or None without a plan.
     """
 
     plan: StagePlan | None
@@ -93,7 +94,7 @@ class ModelResult:
     build_seconds: float
     memory: dict[tuple[int, int], int] | None
     variables: int
-    relaxation: dict[str, dict] | None = None
+    free_matches: bool | None = None
 
 
 class _Model:
@@ -278,6 +279,16 @@ class _Model:
         S = tuple(frozenset(i for i in range(t) if self.value(self.S[t, i]) > 0.5) for t in range(n))
         return StagePlan(R, S)
 
+    def free_matches(self, plan: StagePlan) -> bool:
+        """True iff every FREE[t, i, k] equals "i is freed right after k" in the decoded ops."""
+        for t in range(self.profile.size):
+            after, _ = free_points(self.profile, plan, t)
+            freed = {(i, k) for k, nodes in after.items() for i in nodes}
+            for (tt, i, k), var in self.FREE.items():
+                if tt == t and (self.value(var) > 0.5) != ((i, k) in freed):
+                    return False
+        return True
+
     def memory(self, plan: StagePlan) -> dict[tuple[int, int], int]:
         return {(t, k): round(self.value(self.U[t, k])) * self.unit for t in range(len(plan.R)) for k in plan.R[t]}
 
@@ -301,15 +312,17 @@ def solve_model(
     objective = None
     memory = None
     lower = None
+    matches = None
     if status in ("optimal", "feasible"):
         plan = model.plan()
         objective = plan.cost_ms(profile)
         memory = model.memory(plan)
+        matches = model.free_matches(plan)
     if bound is not None:
         # The objective counts recomputations only (the R[t, t] are fixed); integer costs were
         # rounded down, so bound / scale is a valid lower bound on the recomputation milliseconds.
         lower = profile.store_all_compute_ms + bound / model.scale
-    return ModelResult(plan, status, lower, objective, seconds, build, memory, model.count)
+    return ModelResult(plan, status, lower, objective, seconds, build, memory, model.count, matches)
 
 
 def minimum_peak(
@@ -343,9 +356,4 @@ def solve_relaxation(profile: GraphProfile, budget: int, time_limit: float) -> t
     return status, profile.store_all_compute_ms + bound / model.scale, fractional
 
 
-def exact_memory(profile: GraphProfile, plan: StagePlan) -> dict[tuple[int, int], int]:
-    """The U the model must hold for ``plan`` (re-exported for tests)."""
-    return plan_memory(profile, plan)
-
-
-__all__: Sequence[str] = ["ModelResult", "solve_model", "solve_relaxation", "BACKENDS", "BACKEND_CHOICE"]
+__all__ = ["ModelResult", "solve_model", "solve_relaxation", "BACKENDS", "BACKEND_CHOICE", "minimum_peak"]

@@ -20,7 +20,7 @@ from remat.schedules.units import format_size
 from remat.solver.checkmate_model import BACKEND_CHOICE, DEFAULT_WORKERS, minimum_peak, solve_model
 from remat.solver.common import SolverBug, Strategy, make_schedule, require_graph
 from remat.solver.graph_baselines import best_baseline_plan, store_all_plan
-from remat.solver.graph_stages import memory_lower_bound, plan_memory, plan_ops, plan_peak
+from remat.solver.graph_stages import StagePlan, memory_lower_bound, plan_memory, plan_ops, plan_peak
 
 NAME = "ilp"
 DEFAULT_TIME_LIMIT = 60.0
@@ -68,9 +68,10 @@ def solve(
         raise infeasible(profile, budget, NAME, time_limit, workers)
     plan, memory, source = result.plan, result.memory, "solver"
     if plan is not None:
-        exact = plan_memory(profile, plan)
-        if exact != memory:
+        if plan_memory(profile, plan) != memory:
             raise SolverBug(f"{NAME}: the model's U differs from the exact memory of its plan")
+        if not result.free_matches:
+            raise SolverBug(f"{NAME}: the model's FREE differs from where the decoded schedule frees")
     if warm is not None and (plan is None or warm[1].cost_ms(profile) < plan.cost_ms(profile)):
         plan, memory, source = warm[1], plan_memory(profile, warm[1]), f"warm start ({warm[0]})"
     if plan is None:
@@ -94,7 +95,19 @@ def solve(
     )
 
 
-def _finish(profile, budget, plan, memory, status, lower, seconds, build, warm_name, source, variables=None):
+def _finish(
+    profile: GraphProfile,
+    budget: int,
+    plan: StagePlan,
+    memory: dict[tuple[int, int], int],
+    status: str,
+    lower: float,
+    seconds: float,
+    build: float,
+    warm_name: str | None,
+    source: str | None,
+    variables: int | None = None,
+) -> Schedule:
     cost = plan.cost_ms(profile)
     lower = min(lower, cost)
     extra = {
