@@ -5,12 +5,15 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from remat.schedules import ChainProfile, GraphNode, GraphProfile, InfeasibleBudgetError, Stage, simulate
 from remat.schedules.simulator import check_schedule
 from remat.solver import get_strategy, solve
 from remat.solver.chain_to_graph import chain_to_graph
-from remat.solver.graph_baselines import forward_articulation_points, sqrt_checkpoints
+from remat.solver.graph_baselines import checkpoint_plan, forward_articulation_points, sqrt_checkpoints
+from remat.solver.graph_stages import plan_ops, plan_peak
 from tests._graph_bruteforce import frontier_optimum, random_graph
 
 
@@ -129,3 +132,21 @@ def test_graph_strategies_registered_and_reject_chains():
 
     with pytest.raises(ProfileError):
         solve_chen_sqrt(chain, 100)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10_000), st.integers(3, 14), st.floats(0.0, 1.0))
+def test_any_checkpoint_set_gives_a_valid_plan(seed, n, fraction):
+    """Chen's schedule for ANY checkpoint set is a valid stage plan whose Checkmate memory is the
+    simulator's peak, and it computes every node at least once."""
+    import random
+
+    profile = random_graph(n, seed)
+    rng = random.Random(seed)
+    checkpoints = {v for v in range(n) if rng.random() < fraction}
+    plan = checkpoint_plan(profile, checkpoints)
+    plan.check(profile)
+    result = simulate(profile, plan_ops(profile, plan))
+    assert result.peak_memory == plan_peak(profile, plan)
+    assert result.compute_ms == pytest.approx(plan.cost_ms(profile))
+    assert result.compute_ms >= profile.store_all_compute_ms - 1e-9
