@@ -83,8 +83,12 @@ def forward_articulation_points(profile: GraphProfile) -> list[int]:
     return sorted(points)
 
 
-def checkpoint_plan(profile: GraphProfile, checkpoints: set[int] | frozenset[int]) -> StagePlan:
-    """Chen's segment schedule with the given forward checkpoints (see the module docstring)."""
+def checkpoint_plan(profile: GraphProfile, checkpoints: set[int] | frozenset[int], lean: bool = False) -> StagePlan:
+    """Chen's segment schedule with the given forward checkpoints (see the module docstring).
+
+    ``lean``: during the backward pass keep a recomputed (non-checkpoint) forward node only if
+    the next stage reads it, recomputing it otherwise: slower, less memory (used only as an
+    extra warm start for the ILP, not by the Chen baselines)."""
     nodes = profile.nodes
     succs = profile.successors
     forward_consumers_after = [
@@ -92,8 +96,10 @@ def checkpoint_plan(profile: GraphProfile, checkpoints: set[int] | frozenset[int
     ]
 
     def keep(i: int, t: int, computed: frozenset[int]) -> bool:
-        if nodes[i].backward or i in checkpoints or nodes[t].backward:
+        if nodes[i].backward or i in checkpoints:
             return True
+        if nodes[t].backward:
+            return not lean or (t + 1) in succs[i]
         return forward_consumers_after[i] > t
 
     return plan_from_policy(profile, keep)
@@ -108,10 +114,14 @@ def sqrt_checkpoints(profile: GraphProfile) -> set[int]:
     return {v for index, v in enumerate(candidates) if (index + 1) % step == 0}
 
 
-def greedy_checkpoints(profile: GraphProfile, threshold: float) -> set[int]:
+def greedy_checkpoints(profile: GraphProfile, threshold: float, anywhere: bool = False) -> set[int]:
     """Chen's greedy: walk the forward nodes accumulating output bytes; at an articulation point
-    whose running total exceeds ``threshold`` bytes, checkpoint it and restart the total."""
-    candidates = set(forward_articulation_points(profile))
+    (any forward node if ``anywhere``) whose running total exceeds ``threshold`` bytes,
+    checkpoint it and restart the total."""
+    if anywhere:
+        candidates = {v for v in range(profile.size) if not profile.nodes[v].backward}
+    else:
+        candidates = set(forward_articulation_points(profile))
     chosen: set[int] = set()
     running = 0
     for v in range(profile.size):
@@ -169,14 +179,16 @@ def solve_chen_sqrt(profile: GraphProfile, budget: int) -> Schedule:
     return _finish(profile, budget, "chen-sqrt", plan, {"checkpoints": sorted(checkpoints)})
 
 
-def greedy_plans(profile: GraphProfile) -> list[tuple[float, frozenset[int], StagePlan, int, float]]:
+def greedy_plans(
+    profile: GraphProfile, anywhere: bool = False, lean: bool = False
+) -> list[tuple[float, frozenset[int], StagePlan, int, float]]:
     """(threshold, checkpoints, plan, peak bytes, cost ms) for every distinct checkpoint set swept."""
     seen: dict[frozenset[int], tuple[float, frozenset[int], StagePlan, int, float]] = {}
     for threshold in greedy_thresholds(profile):
-        checkpoints = frozenset(greedy_checkpoints(profile, threshold))
+        checkpoints = frozenset(greedy_checkpoints(profile, threshold, anywhere))
         if checkpoints in seen:
             continue
-        plan = checkpoint_plan(profile, checkpoints)
+        plan = checkpoint_plan(profile, checkpoints, lean)
         seen[checkpoints] = (threshold, checkpoints, plan, plan_peak(profile, plan), plan.cost_ms(profile))
     return list(seen.values())
 
@@ -194,11 +206,17 @@ def solve_chen_greedy(profile: GraphProfile, budget: int) -> Schedule:
 
 
 def best_baseline_plan(profile: GraphProfile, budget: int) -> tuple[str, StagePlan] | None:
-    """The cheapest baseline plan (store-all, chen-sqrt, chen-greedy sweep) within ``budget``
-    bytes, or None: the ILP's warm start."""
+    """The cheapest baseline plan within ``budget`` bytes, or None: the ILP's warm start.
+
+    Candidates: store-all, chen-sqrt, the chen-greedy sweep, and for tight budgets the same
+    greedy sweep with any forward node as a candidate and/or lean backward recomputation."""
     candidates = [("store-all", store_all_plan(profile))]
     candidates.append(("chen-sqrt", checkpoint_plan(profile, sqrt_checkpoints(profile))))
     candidates += [("chen-greedy", p[2]) for p in greedy_plans(profile)]
+    if all(plan_peak(profile, plan) > budget for _, plan in candidates):
+        for anywhere, lean in ((True, False), (False, True), (True, True)):
+            label = "greedy" + (" (any node)" if anywhere else "") + (" (lean)" if lean else "")
+            candidates += [(label, p[2]) for p in greedy_plans(profile, anywhere, lean)]
     fitting = [(plan.cost_ms(profile), name, plan) for name, plan in candidates if plan_peak(profile, plan) <= budget]
     if not fitting:
         return None
