@@ -104,6 +104,69 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_pareto(args: argparse.Namespace) -> int:
+    from remat.solver import strategy_names
+
+    profile = load_profile(args.profile)
+    kind = _kind(profile)
+    if args.slots is not None and args.slots < 1:
+        raise RematError(f"--slots: must be a positive integer, got {args.slots}")
+    if args.strategies:
+        strategies = [name.strip() for name in args.strategies.split(",") if name.strip()]
+    else:
+        strategies = strategy_names(kind)
+    if kind == "chain":
+        from remat.solver.pareto import chain_front
+
+        front = chain_front(profile, strategies, slots=args.slots or 500, points=args.points, progress=True)
+        points = list(front.points)
+        by_strategy = front.by_strategy()
+        marks = front.marks()
+        store_all_ms = front.store_all_ms
+    else:
+        from remat.solver.graph_pareto import graph_front
+
+        points = list(
+            graph_front(
+                profile,
+                strategies=strategies,
+                budgets=None,
+                time_limit=args.time_limit,
+                workers=args.workers,
+                progress=True,
+            )
+        )
+        by_strategy = {}
+        for point in points:
+            by_strategy.setdefault(point.strategy, []).append(point)
+        marks = {}
+        store_all_ms = profile.store_all_compute_ms
+    if not points:
+        raise RematError("no strategy produced a schedule for this profile")
+    from remat.solver.pareto import overhead_percent, write_front_csv, write_front_json
+
+    print(f"{'strategy':<14} {'points':>6}  {'least memory':>14}  {'its step time':>16}")
+    for name, group in by_strategy.items():
+        least = min(group, key=lambda p: p.peak_memory)
+        overhead = overhead_percent(least.compute_ms, store_all_ms)
+        print(f"{name:<14} {len(group):>6}  {format_size(least.peak_memory):>14}  {least.compute_ms:>9.2f} ms +{overhead:.0f}%")
+    for label, point in marks.items():
+        overhead = overhead_percent(point.compute_ms, store_all_ms)
+        print(f"{label}: {format_size(point.peak_memory)}, {point.compute_ms:.2f} ms (+{overhead:.1f}%)")
+    if args.csv:
+        write_front_csv(points, args.csv)
+        print(f"wrote {args.csv}")
+    if args.json:
+        write_front_json(profile, points, store_all_ms, args.json)
+        print(f"wrote {args.json}")
+    if args.output:
+        from remat.plots import plot_front
+
+        plot_front(f"{profile.name}: step time vs peak memory", by_strategy, store_all_ms, args.output, marks)
+        print(f"wrote {args.output}")
+    return 0
+
+
 def _cmd_strategies(args: argparse.Namespace) -> int:
     from remat.solver import STRATEGIES
 
@@ -145,6 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--strategy", default="store-all", help="strategy name (see 'remat strategies'; default store-all)"
     )
     solve.add_argument("--segments", type=int, help="sequential: force this many segments")
+    solve.add_argument("--slots", type=int, help="optimal: memory discretization levels (default 500)")
+    solve.add_argument(
+        "--time-limit", type=float, help="ilp, lp-rounding: solver time limit in seconds (ilp default 60)"
+    )
     solve.add_argument("-o", "--output", help="write the schedule JSON here")
     solve.set_defaults(func=_cmd_solve)
 
@@ -161,6 +228,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--ignore-hash", action="store_true", help="simulate even if the schedule was solved for another profile"
     )
     simulate_cmd.set_defaults(func=_cmd_simulate)
+
+    pareto = sub.add_parser(
+        "pareto",
+        help="plot the memory/compute Pareto front",
+        description="Sweep the memory/compute trade-off of PROFILE: the optimal front (chain DP, or the "
+        "graph solvers) and each baseline at a sweep of budgets; plot it and write CSV/JSON rows.",
+        epilog="example: remat pareto examples/resnet_like.json -o front.png --csv front.csv",
+    )
+    pareto.add_argument("profile", help="chain or graph profile (JSON)")
+    pareto.add_argument("-o", "--output", help="write the plot (PNG) here")
+    pareto.add_argument("--csv", help="write one row per front point (CSV) here")
+    pareto.add_argument("--json", help="write the front points (JSON) here")
+    pareto.add_argument(
+        "--strategies", help="comma-separated strategy names (default: every strategy for the profile kind)"
+    )
+    pareto.add_argument("--slots", type=int, help="optimal: memory discretization levels (default 500)")
+    pareto.add_argument("--points", type=int, default=24, help="budgets per baseline sweep (chains; default 24)")
+    pareto.add_argument("--time-limit", type=float, default=10.0, help="graphs: seconds per ILP solve (default 10)")
+    pareto.add_argument("--workers", type=int, default=1, help="graphs: solver threads (default 1)")
+    pareto.set_defaults(func=_cmd_pareto)
 
     strategies = sub.add_parser(
         "strategies",

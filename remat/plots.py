@@ -38,3 +38,84 @@ def _scale(size: int) -> tuple[float, str]:
         if size >= factor:
             return float(factor), unit
     return 1.0, "bytes"
+
+
+def plot_front(
+    title: str,
+    by_strategy: dict,
+    store_all_ms: float,
+    path: str | os.PathLike[str],
+    marks: dict | None = None,
+) -> None:
+    """Step time (ms, left axis; overhead % over store-all on the right axis) against peak memory.
+
+    ``by_strategy`` maps a strategy name to its FrontPoints; ``optimal`` (and any strategy whose
+    name starts with ``ilp``) is drawn as a step curve -- at a given memory the best time is the
+    last point at or left of it -- the others as markers joined by thin lines. ``marks`` maps a
+    label to a FrontPoint to annotate. The memory axis is log-scaled when it spans more than 20x.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    all_points = [p for points in by_strategy.values() for p in points]
+    if not all_points:
+        raise ValueError("nothing to plot: no strategy produced a schedule")
+    peaks = [p.peak_memory for p in all_points]
+    scale, unit = _scale(max(peaks))
+    fig, ax = plt.subplots(figsize=(9.5, 5.2), dpi=120)
+    markers = iter(["o", "s", "^", "D", "v", "P", "X", "<", ">", "h"])
+    colors = iter(plt.rcParams["axes.prop_cycle"].by_key()["color"][1:] * 3)
+    for name, points in by_strategy.items():
+        pts = sorted(points, key=lambda p: p.peak_memory)
+        if not pts:
+            continue
+        xs = [p.peak_memory / scale for p in pts]
+        ys = [p.compute_ms for p in pts]
+        if name == "optimal" or name.startswith("ilp"):
+            color = "tab:blue" if name == "optimal" else next(colors)
+            label = f"{name} (front, {len(pts)} points)"
+            ax.step(xs, ys, where="post", color=color, linewidth=2.0, label=label, zorder=3)
+            ax.plot(xs, ys, ".", color=color, markersize=3, zorder=3)
+        else:
+            ax.plot(
+                xs, ys, linestyle="-", linewidth=0.8, marker=next(markers), markersize=5,
+                color=next(colors), alpha=0.85, label=name, zorder=2,
+            )
+    merged: dict[tuple[int, float], list[str]] = {}
+    for label, point in (marks or {}).items():
+        merged.setdefault((point.peak_memory, point.compute_ms), []).append(label)
+    x_low, x_high = min(peaks), max(peaks)
+    for (peak, y), labels in merged.items():
+        x = peak / scale
+        right_half = (peak - x_low) > 0.5 * (x_high - x_low)
+        ax.plot([x], [y], marker="*", markersize=14, color="gold", markeredgecolor="black", zorder=4)
+        ax.annotate(
+            f"{' = '.join(labels)}\n{format_size(peak)}, {y:.1f} ms",
+            (x, y),
+            textcoords="offset points",
+            xytext=(-10, 14) if right_half else (12, -6),
+            ha="right" if right_half else "left",
+            va="bottom" if right_half else "top",
+            fontsize=8,
+            bbox={"boxstyle": "round,pad=0.2", "fc": "white", "alpha": 0.85, "lw": 0.5},
+            zorder=5,
+        )
+    if max(peaks) / max(1, min(peaks)) > 20:
+        ax.set_xscale("log")
+    ax.set_xlabel(f"peak memory ({unit})")
+    ax.set_ylabel("step time (ms)")
+    if store_all_ms > 0:
+        ax.axhline(store_all_ms, color="gray", linestyle=":", linewidth=1)
+        second = ax.secondary_yaxis(
+            "right",
+            functions=(lambda t: 100.0 * (t / store_all_ms - 1.0), lambda o: store_all_ms * (1.0 + o / 100.0)),
+        )
+        second.set_ylabel("overhead over store-all (%)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

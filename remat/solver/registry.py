@@ -8,10 +8,18 @@ from __future__ import annotations
 from typing import Any
 
 from remat.schedules import ChainProfile, GraphProfile, RematError, Schedule
-from remat.solver import store_all
+from remat.solver import graph_baselines, ilp, lp_rounding, optimal, store_all
 from remat.solver.common import Strategy
 
-_ALL: tuple[Strategy, ...] = (store_all.STRATEGY,)
+_ALL: tuple[Strategy, ...] = (
+    store_all.STRATEGY,
+    optimal.STRATEGY,
+    graph_baselines.STORE_ALL,
+    graph_baselines.CHEN_SQRT,
+    graph_baselines.CHEN_GREEDY,
+    ilp.STRATEGY,
+    lp_rounding.STRATEGY,
+)
 
 STRATEGIES: dict[tuple[str, str], Strategy] = {(s.kind, s.name): s for s in _ALL}
 

@@ -1,0 +1,229 @@
+"""Exactness of the ``optimal`` DP against an exhaustive search over every valid op sequence.
+
+The search below is written from DESIGN.md's op table, independently of the DP: Dijkstra over
+memory states (which of ``a[i]``, ``abar[i]`` are held, and the next backward), edges = every op
+the simulator accepts whose peak fits the budget, cost = the op's time. It gives
+
+* the true optimum (any schedule, checkpoints may be dropped and recomputed), and
+* the persistent optimum: ``F_n i`` may only consume an ``a[i]`` that the previous op produced
+  (a pass-through activation), so no activation that was kept across another op -- a stored
+  checkpoint -- is ever dropped before its backward.
+
+Run ``python tests/test_exhaustive.py`` for the statistics quoted in the closing note: how often,
+and by how much, the persistent optimum (the DP) is slower than the true optimum.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import sys
+from dataclasses import dataclass
+
+import pytest
+
+from remat.schedules import ChainProfile, InfeasibleBudgetError, Stage, simulate
+from remat.solver import solve
+from remat.solver.store_all import store_all_peak
+
+
+@dataclass(frozen=True)
+class Found:
+    cost: float
+    ops: tuple[tuple[str, int], ...]
+
+
+def exhaustive(profile: ChainProfile, budget: int, persistent: bool) -> Found | None:
+    """Cheapest op sequence whose every op peak is <= budget bytes, or None."""
+    n = profile.length
+    act = [profile.activation_size(i) for i in range(n + 1)]
+    st = profile.stages
+    if act[0] > budget:
+        return None
+
+    def memory(a_mask: int, abar_mask: int, nb: int) -> int:
+        total = sum(act[i] for i in range(n + 1) if a_mask >> i & 1)
+        total += sum(st[i - 1].saved_size for i in range(1, n + 1) if abar_mask >> i & 1)
+        if nb < n - 1:
+            total += act[nb + 1]  # g[nb+1], produced by the last backward
+        return total
+
+    start = (1, 0, n - 1, -1)  # a[0] held, no abar, next backward n-1, no fresh activation
+    dist = {start: 0.0}
+    back: dict[tuple, tuple[tuple, tuple[str, int]]] = {}
+    heap = [(0.0, start)]
+    while heap:
+        cost, state = heapq.heappop(heap)
+        if cost > dist[state]:
+            continue
+        a_mask, abar_mask, nb, fresh = state
+        if nb < 0:
+            ops = []
+            while state != start:
+                state, op = back[state]
+                ops.append(op)
+            return Found(cost, tuple(reversed(ops)))
+        mem = memory(a_mask, abar_mask, nb)
+        moves = []
+        for i in range(n):
+            stage = st[i]
+            present = bool(a_mask >> i & 1) or bool(abar_mask >> i & 1)
+            if not present:
+                continue
+            if not a_mask >> (i + 1) & 1:
+                peak = mem + act[i + 1] + stage.forward_overhead
+                if peak <= budget:
+                    moves.append(((a_mask | 1 << (i + 1), abar_mask, nb, i + 1), ("F_ck", i), stage.forward_ms))
+                    if a_mask >> i & 1 and i != 0 and (not persistent or fresh == i):
+                        new_a = (a_mask | 1 << (i + 1)) & ~(1 << i)
+                        moves.append(((new_a, abar_mask, nb, i + 1), ("F_n", i), stage.forward_ms))
+            if not abar_mask >> (i + 1) & 1:
+                if mem + stage.saved_size + stage.forward_overhead <= budget:
+                    moves.append(((a_mask, abar_mask | 1 << (i + 1), nb, -1), ("F_all", i), stage.forward_ms))
+        i = nb
+        stage = st[i]
+        if abar_mask >> (i + 1) & 1 and (a_mask >> i & 1 or abar_mask >> i & 1):
+            before = mem + (act[n] if i == n - 1 else 0)
+            if before + act[i] + stage.backward_overhead <= budget:
+                new_a = a_mask & ~(1 << i) if i != 0 else a_mask
+                moves.append(((new_a, abar_mask & ~(1 << (i + 1)), i - 1, -1), ("B", i), stage.backward_ms))
+        for new_state, op, dt in moves:
+            new_cost = cost + dt
+            if new_cost < dist.get(new_state, math.inf) - 1e-12:
+                dist[new_state] = new_cost
+                back[new_state] = (state, op)
+                heapq.heappush(heap, (new_cost, new_state))
+    return None
+
+
+def random_chain(rng: random.Random, n: int, unit: int = 1) -> ChainProfile:
+    """Small integer sizes (times ``unit`` bytes) and random times: exact for slot size ``unit``."""
+    stages = []
+    for i in range(n):
+        out = rng.randint(1, 4) * unit
+        stages.append(
+            Stage(
+                name=f"s{i}",
+                forward_ms=round(rng.uniform(0.5, 3.0), 3),
+                backward_ms=round(rng.uniform(0.5, 5.0), 3),
+                output_size=out,
+                saved_size=out + rng.randint(0, 4) * unit,
+                forward_overhead=rng.choice([0, 0, 1, 2]) * unit,
+                backward_overhead=rng.choice([0, 0, 1, 3]) * unit,
+            )
+        )
+    return ChainProfile(name=f"random{n}", input_size=rng.randint(1, 3) * unit, stages=tuple(stages))
+
+
+def compare(profile: ChainProfile, budget: int, slots: int | None) -> tuple[Found | None, Found | None, float | None]:
+    """(true optimum, persistent optimum, DP compute_ms or None if the DP finds nothing)."""
+    true = exhaustive(profile, budget, persistent=False)
+    persistent = exhaustive(profile, budget, persistent=True)
+    options = {"slots": slots if slots is not None else max(1, budget - profile.input_size)}
+    try:
+        dp = solve(profile, budget, "optimal", **options).predicted.compute_ms
+    except InfeasibleBudgetError:
+        dp = None
+    return true, persistent, dp
+
+
+def _cases(seed: int, count: int, max_n: int):
+    rng = random.Random(seed)
+    for _ in range(count):
+        profile = random_chain(rng, rng.randint(2, max_n))
+        peak = store_all_peak(profile)
+        budget = rng.randint(max(profile.input_size, peak // 2), peak)
+        yield profile, budget
+
+
+def test_search_agrees_with_the_simulator():
+    """The search's optimum is a valid schedule whose simulated cost and peak match the search."""
+    checked = 0
+    for profile, budget in _cases(seed=7, count=80, max_n=4):
+        found = exhaustive(profile, budget, persistent=False)
+        if found is None:
+            continue
+        result = simulate(profile, found.ops)
+        assert result.peak_memory <= budget
+        assert math.isclose(result.compute_ms, found.cost, rel_tol=1e-9)
+        checked += 1
+    assert checked > 25
+
+
+def test_dp_equals_persistent_optimum_when_sizes_are_slot_multiples():
+    """Slot = 1 byte (slots = budget - input): the DP is the exact persistent optimum, never below
+    the true optimum, and infeasible exactly when no persistent schedule exists."""
+    seen = 0
+    for profile, budget in _cases(seed=11, count=120, max_n=5):
+        true, persistent, dp = compare(profile, budget, slots=None)
+        if persistent is None:
+            assert dp is None, (profile, budget)
+            continue
+        assert dp is not None, (profile, budget)
+        assert math.isclose(dp, persistent.cost, rel_tol=1e-9, abs_tol=1e-9), (profile, budget)
+        assert true is not None and dp >= true.cost - 1e-9
+        seen += 1
+    assert seen > 60
+
+
+def test_dp_never_below_true_optimum_with_coarse_slots():
+    """With coarse slots (rounding up bites) the DP may be slower but never faster than possible,
+    and its schedule still fits the real budget (make_schedule checks it)."""
+    rng = random.Random(5)
+    for _ in range(60):
+        profile = random_chain(rng, rng.randint(1, 5), unit=rng.choice([3, 7, 10]))
+        budget = rng.randint(max(profile.input_size, store_all_peak(profile) // 3), store_all_peak(profile))
+        true, _, dp = compare(profile, budget, slots=rng.choice([2, 3, 5, 8]))
+        if dp is not None:
+            assert true is not None
+            assert dp >= true.cost - 1e-9
+
+
+@pytest.mark.parametrize("n", [6])
+def test_six_stages(n):
+    rng = random.Random(n)
+    for _ in range(4):
+        profile = random_chain(rng, n)
+        budget = rng.randint(store_all_peak(profile) // 3, store_all_peak(profile))
+        true, persistent, dp = compare(profile, budget, slots=None)
+        if persistent is None:
+            assert dp is None
+            continue
+        assert math.isclose(dp, persistent.cost, rel_tol=1e-9)
+        assert dp >= true.cost - 1e-9
+
+
+def gap_statistics(count: int = 400, max_n: int = 6, seed: int = 2024) -> dict:
+    """How often and by how much the persistent optimum exceeds the true optimum."""
+    rng = random.Random(seed)
+    feasible = differs = only_true = 0
+    gaps = []
+    for _ in range(count):
+        profile = random_chain(rng, rng.randint(2, max_n))
+        lowest = profile.input_size
+        budget = rng.randint(max(lowest, store_all_peak(profile) // 3), store_all_peak(profile))
+        true, persistent, dp = compare(profile, budget, slots=None)
+        if true is None:
+            continue
+        feasible += 1
+        if persistent is None:
+            only_true += 1
+            continue
+        assert dp is not None and math.isclose(dp, persistent.cost, rel_tol=1e-9)
+        if dp > true.cost + 1e-9:
+            differs += 1
+            gaps.append((dp - true.cost) / true.cost)
+    return {
+        "instances_with_a_schedule": feasible,
+        "persistent_infeasible_but_schedule_exists": only_true,
+        "persistent_slower": differs,
+        "max_relative_gap": max(gaps, default=0.0),
+        "mean_relative_gap_when_slower": sum(gaps) / len(gaps) if gaps else 0.0,
+    }
+
+
+if __name__ == "__main__":
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 400
+    for key, value in gap_statistics(count).items():
+        print(f"{key:<45} {value}")
