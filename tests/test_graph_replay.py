@@ -21,7 +21,7 @@ from remat.executor.graph_profile import profile_graph
 from remat.executor.graph_replay import GraphReplay, measure_graph
 from remat.schedules import InfeasibleBudgetError, RematError, ScheduleError, simulate
 from remat.solver.common import make_schedule
-from remat.solver.registry import solve, strategy_names
+from remat.solver.registry import get_strategy, solve, strategy_names
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -116,6 +116,22 @@ def test_memory_after_every_op_is_the_simulators(name, keep):
         assert m.measured_peak <= 1.05 * m.predicted_peak, m.peak_error
 
 
+def _expected_after(profile, ops, predicted_after):
+    """The simulator's memory after each op, plus the output gradient while a schedule has freed
+    it but computes it again later: the replay cannot recompute it (it comes from the loss), so it
+    keeps those bytes."""
+    seed = next(v for v, node in enumerate(profile.nodes) if node.backward)
+    last = max(k for k, op in enumerate(ops) if op == ("compute", seed))
+    kept, expected = False, []
+    for k, (op, after) in enumerate(zip(ops, predicted_after, strict=True)):
+        if op == ("free", seed) and k < last:
+            kept = True
+        elif op == ("compute", seed):
+            kept = False
+        expected.append(after + (profile.nodes[seed].size if kept else 0))
+    return expected
+
+
 @pytest.mark.parametrize("strategy", strategy_names("graph") or ["<none registered>"])
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_registered_graph_strategies_replay(name, strategy):
@@ -123,11 +139,12 @@ def test_registered_graph_strategies_replay(name, strategy):
         pytest.skip("no graph strategy is registered on this branch")
     base, x, profile = _setup(name)
     store_all = simulate(profile, _ops(profile, "all"), timeline=False).peak_memory
+    options = {"time_limit": 3.0} if "time_limit" in get_strategy(strategy, "graph").options else {}
     ran = 0
-    for fraction in (1.0, 0.75, 0.5):
+    for fraction in (1.0, 0.6):
         budget = int(store_all * fraction)
         try:
-            schedule = solve(profile, budget, strategy)
+            schedule = solve(profile, budget, strategy, **options)
         except InfeasibleBudgetError:
             continue
         _check_against_plain(name, schedule.ops)
@@ -135,7 +152,9 @@ def test_registered_graph_strategies_replay(name, strategy):
         m = measure_graph(wrapped, [x])
         assert m.predicted_peak <= budget
         slack = 4 * profile.size + 64
-        assert all(p <= q <= p + slack for q, p in zip(m.measured_after, m.predicted_after, strict=True))
+        expected = _expected_after(profile, schedule.ops, m.predicted_after)
+        for k, (measured, wanted) in enumerate(zip(m.measured_after, expected, strict=True)):
+            assert wanted <= measured <= wanted + slack, (k, schedule.ops[k], measured, wanted)
         ran += 1
     assert ran > 0
 

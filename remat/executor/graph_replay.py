@@ -55,6 +55,7 @@ from remat.executor.graph_profile import (
     forward_piece,
     graph_plan,
 )
+from remat.executor.measure import OpMeasurement, Report
 from remat.executor.memory import memory_meter, notify_resized, untracked
 from remat.schedules import GraphProfile, Op, ProfileError, RematError, Schedule, ScheduleError, parse_ops, simulate
 
@@ -100,6 +101,7 @@ class _Step:
         self.fwd: dict[int, RecordedPiece] = {}
         self.bwd: dict[int, dict[str, torch.Tensor]] = {}
         self.seed: torch.Tensor | None = None
+        self.kept_seed: torch.Tensor | None = None
         self.engine_grad: torch.Tensor | None = None
         self.rng: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
         self.ran_forward: set[int] = set()
@@ -171,8 +173,11 @@ class _Step:
             self.fwd[p] = recorded
             self.ran_forward.add(p)
         elif kind == "grad_output":
+            if self.kept_seed is not None:  # recomputing the seed: its bytes were kept (see free)
+                self.seed, self.kept_seed = self.kept_seed, None
+                return
             if grad_output is None:
-                raise RematError("executor: the output gradient is no longer available (schedule computes it twice)")
+                raise RematError("executor: the output gradient is no longer available")
             dense = grad_output.is_contiguous() and (
                 grad_output.untyped_storage().nbytes() == grad_output.numel() * grad_output.element_size()
             )
@@ -221,12 +226,17 @@ class _Step:
         self.params_done.add(p)
         self.bwd[p] = input_grads
 
-    def free(self, v: int) -> None:
+    def free(self, v: int, position: int) -> None:
         kind, p = self.owner.kinds[v]
         if kind == "forward":
             del self.fwd[p]
         elif kind == "backward":
             del self.bwd[p]
+        elif position < self.owner.last_seed_compute:
+            # The schedule computes the seed again later, but it cannot be recomputed (it comes
+            # from the loss, outside the model): its bytes stay alive until then, which the
+            # simulator does not count (the profile gives the seed no recompute cost).
+            self.kept_seed, self.seed = self.seed, None
         else:
             self.seed = None
             release, self.engine_grad = self.engine_grad, None
@@ -257,7 +267,7 @@ class _Step:
                 if self.owner.kinds[v][0] == "grad_output":
                     grad_output = None
             else:
-                self.free(v)
+                self.free(v, position)
             if observer is not None:
                 observer(position, op, v, "after")
 
@@ -271,6 +281,7 @@ class _Step:
         self.fwd.clear()
         self.bwd.clear()
         self.seed = None
+        self.kept_seed = None
         self.engine_grad = None
 
 
@@ -327,6 +338,7 @@ class GraphReplay(nn.Module):
         self.kinds = [self.plan.node_kind(v) for v in range(profile.size)]
         seed_position = ops.index(("compute", self.plan.grad_output_node))
         self.ops = ops
+        self.last_seed_compute = max(k for k, op in enumerate(ops) if op == ("compute", self.plan.grad_output_node))
         self.forward_ops = ops[:seed_position]
         self.backward_ops = ops[seed_position:]
         gm = self.plan.graph_module
@@ -388,16 +400,23 @@ class GraphMeasurement:
 
     ``measured_peak``: the largest live byte count during the step (bytes), counting every tensor
     the step allocates except parameters and their gradients (pre-allocated); the model input is
-    not counted (the graph model does not either). ``measured_after[k]``: live bytes right after
-    op k. ``step_ms``: median wall-clock milliseconds of unmetered steps.
+    not counted (the graph model does not either). ``timeline[k]``: live bytes before op k, the
+    peak during it (transients included) and after it. ``step_ms``: median wall-clock
+    milliseconds of ``timed_steps`` unmetered steps (NaN if none).
     """
 
     predicted_peak: int
     measured_peak: int
     predicted_after: tuple[int, ...]
-    measured_after: tuple[int, ...]
+    timeline: tuple[OpMeasurement, ...]
     step_ms: float
     predicted_ms: float
+    device: str
+
+    @property
+    def measured_after(self) -> tuple[int, ...]:
+        """Live bytes right after each op."""
+        return tuple(m.memory_after for m in self.timeline)
 
     @property
     def peak_error(self) -> float:
@@ -417,10 +436,10 @@ def _prepare_grads(module: nn.Module) -> None:
 
 
 def measure_graph(
-    wrapped: GraphReplay, inputs: Sequence[torch.Tensor], steps: int = 1, warmup: int = 1, timed_steps: int = 0
+    wrapped: GraphReplay, inputs: Sequence[torch.Tensor], warmup: int = 1, timed_steps: int = 0
 ) -> GraphMeasurement:
     """Run training steps ``loss = (wrapped(*inputs) * r).sum(); loss.backward()`` (``r`` fixed,
-    random, so autograd hands the replay a full-size output gradient) and measure memory with
+    random, so autograd hands the replay a full-size output gradient) and measure one of them with
     :func:`remat.executor.memory.memory_meter` (the live-storage tracker on CPU)."""
     device = inputs[0].device
     wrapped.train()
@@ -438,26 +457,34 @@ def measure_graph(
     for _ in range(max(1, warmup)):
         _prepare_grads(wrapped)
         step()
-    peak = 0
-    after: list[int] = []
-    for _ in range(max(1, steps)):
-        _prepare_grads(wrapped)
-        with memory_meter(device) as meter:
-            after.clear()
+    _prepare_grads(wrapped)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    records: list[OpMeasurement] = []
+    with memory_meter(device) as meter:
+        state = {"peak": 0, "before": 0}
 
-            def observer(position: int, op: str, v: int, when: str) -> None:
-                if when == "after":
-                    after.append(meter.current_bytes)
+        def observer(position: int, op: str, v: int, when: str) -> None:
+            if when == "before":
+                state["peak"] = max(state["peak"], meter.peak_bytes)  # what happened between ops
+                state["before"] = meter.current_bytes
+                meter.reset_peak()
+            else:
+                op_peak = meter.peak_bytes
+                state["peak"] = max(state["peak"], op_peak)
+                records.append(OpMeasurement(position, op, v, state["before"], op_peak, meter.current_bytes))
 
-            wrapped.observer = observer
-            try:
-                step()
-            finally:
-                wrapped.observer = None
-            peak = max(peak, meter.peak_bytes)
+        wrapped.observer = observer
+        try:
+            step()
+        finally:
+            wrapped.observer = None
+        peak = max(state["peak"], meter.peak_bytes)
     times = []
     for _ in range(timed_steps):
         _prepare_grads(wrapped)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         begin = time.perf_counter()
         step()
         if device.type == "cuda":
@@ -468,10 +495,38 @@ def measure_graph(
         predicted_peak=predicted.peak_memory,
         measured_peak=peak,
         predicted_after=tuple(r.memory_after for r in predicted.timeline),
-        measured_after=tuple(after),
+        timeline=tuple(records),
         step_ms=float(statistics.median(times)) if times else float("nan"),
         predicted_ms=predicted.compute_ms,
+        device=str(device),
     )
 
 
-__all__ = ["GraphMeasurement", "GraphReplay", "measure_graph"]
+def compare_graph(
+    profile: GraphProfile,
+    schedule: Schedule,
+    wrapped: GraphReplay,
+    inputs: Sequence[torch.Tensor],
+    steps: int = 3,
+    warmup: int = 1,
+) -> Report:
+    """Predicted vs measured for a graph schedule, as the chain's :func:`remat.executor.measure.compare`
+    reports it (same :class:`Report`, so ``remat execute`` prints graph and chain runs alike)."""
+    measured = measure_graph(wrapped, inputs, warmup=warmup, timed_steps=steps)
+    predicted = simulate(profile, schedule.ops, timeline=True)
+    return Report(
+        strategy=schedule.strategy,
+        budget=schedule.budget,
+        predicted_peak=predicted.peak_memory,
+        measured_peak=measured.measured_peak,
+        predicted_ms=predicted.compute_ms,
+        measured_ms=measured.step_ms,
+        steps=steps,
+        device=measured.device,
+        predicted_timeline=tuple((r.memory_before, r.peak, r.memory_after) for r in predicted.timeline),
+        measured_timeline=measured.timeline,
+        metadata={"profile": profile.name, "torch": torch.__version__, "kind": "graph"},
+    )
+
+
+__all__ = ["GraphMeasurement", "GraphReplay", "compare_graph", "measure_graph"]
