@@ -364,14 +364,16 @@ def backward_piece(
     output_grads: dict[str, torch.Tensor],
     params: Sequence[torch.Tensor],
     grad_inputs: Sequence[str],
-) -> tuple[dict[str, torch.Tensor], list[torch.Tensor | None]]:
-    """Backward of a recorded piece: gradients w.r.t. ``grad_inputs`` and ``params``.
+) -> dict[str, torch.Tensor]:
+    """Backward of a recorded piece: returns the gradients w.r.t. ``grad_inputs`` and accumulates
+    those of ``params`` into their ``.grad`` (as ``loss.backward()`` does, one at a time, so a
+    piece's parameter gradients are never all alive at once).
 
-    ``output_grads`` maps output names to their (already summed) gradients; ``params`` must all
-    require grad (their gradients are returned in the same order). The recorded graph is
-    kept (a backward node may be recomputed while its forward is still held). Input gradients
-    that alias an incoming gradient or each other, or are not dense, are copied so each one owns
-    exactly its dense bytes (what the graph's sizes assume).
+    ``output_grads`` maps output names to their (already summed) gradients; pass ``params=[]``
+    when the parameters' gradients were already accumulated (a recomputed backward). The
+    recorded graph is kept (a backward node may be recomputed while its forward is still held).
+    Input gradients that alias an incoming gradient or each other, or are not dense, are copied
+    so each one owns exactly its dense bytes (what the graph's sizes assume).
     """
     outs, grads = [], []
     for name, grad in output_grads.items():
@@ -380,24 +382,25 @@ def backward_piece(
             outs.append(value)
             grads.append(grad)
     wanted = [recorded.leaves[name] for name in grad_inputs]
-    targets = wanted + list(params)
-    if not outs or not targets:
-        results: Sequence[torch.Tensor | None] = [None] * len(targets)
-    else:
-        results = torch.autograd.grad(outs, targets, grads, retain_graph=True, allow_unused=True)
+    for leaf in wanted:
+        leaf.grad = None
+    targets = wanted + [p for p in params if p.requires_grad]
+    if outs and targets:
+        torch.autograd.backward(outs, grads, retain_graph=True, inputs=targets)
     seen = {_storage_key(g) for g in grads}
     input_grads: dict[str, torch.Tensor] = {}
-    for name, leaf, grad in zip(grad_inputs, wanted, results[: len(wanted)], strict=True):
+    for name, leaf in zip(grad_inputs, wanted, strict=True):
+        grad = leaf.grad
+        leaf.grad = None
         if grad is None:
-            grad = torch.zeros_like(leaf)
+            grad = torch.zeros(leaf.shape, dtype=leaf.dtype, device=leaf.device)
         key = _storage_key(grad)
         if key in seen or _storage_nbytes(grad) != _dense_nbytes(grad) or not grad.is_contiguous():
             grad = grad.clone(memory_format=torch.contiguous_format)
             key = _storage_key(grad)
         seen.add(key)
-        input_grads[name] = grad
-    param_grads = list(results[len(wanted) :])
-    return input_grads, param_grads
+        input_grads[name] = grad.detach()
+    return input_grads
 
 
 # ----------------------------------------------------------------------------- tracing and cutting
@@ -721,7 +724,7 @@ def build_plan(
                 output_grads[o] = contributions[0] if len(contributions) == 1 else sum(contributions)
         params = [name_to_param[n] for n in piece.params if name_to_param[n].requires_grad]
         with FlopCounterMode(display=False) as counter:
-            in_grads, _ = backward_piece(piece, recorded[p], output_grads, params, grad_inputs[p])
+            in_grads = backward_piece(piece, recorded[p], output_grads, params, grad_inputs[p])
         grads_of[p] = in_grads
         backward_size[p] = sum(_storage_nbytes(g) for g in in_grads.values())
         moved = backward_size[p] + forward_size[p] + sum(_dense_nbytes(g) for g in output_grads.values())
@@ -863,7 +866,7 @@ def _measure_forked(
                     contributions.append(seed)
                 if contributions:
                     output_grads[o] = contributions[0] if len(contributions) == 1 else sum(contributions)
-            grads_of[p], _ = backward_piece(
+            grads_of[p] = backward_piece(
                 piece,
                 recorded[p],
                 output_grads,
@@ -938,6 +941,8 @@ def graph_plan(
     else:
         if repeats < 1:
             raise ProfileError(f"repeats: must be at least 1, got {repeats}")
+        if any(t.is_meta for t in list(model.parameters()) + list(model.buffers())):
+            raise ProfileError("time_source: 'measured' needs a model with real parameters, not one on the meta device")
         fwd_ms, bwd_ms = _measure_times(plan, model, inputs, torch_device, torch_dtype, repeats)
         metadata["repeats"] = repeats
         metadata["time_model"] = "median of measured recording-forward and backward times per piece"

@@ -212,17 +212,8 @@ class _Step:
             raise RematError(f"executor: node {node} is not in memory (schedule and executor disagree)")
         first = p not in self.params_done
         params = [prm for prm in self.owner.piece_params[p] if prm.requires_grad] if first else []
-        input_grads, param_grads = backward_piece(piece, recorded, output_grads, params, plan.grad_inputs[p])
+        input_grads = backward_piece(piece, recorded, output_grads, params, plan.grad_inputs[p])
         del output_grads, contributions
-        with torch.no_grad():
-            for param, grad in zip(params, param_grads, strict=True):
-                if grad is None:
-                    continue
-                if param.grad is None:
-                    param.grad = grad.detach()
-                else:
-                    param.grad.add_(grad)
-        del param_grads
         self.params_done.add(p)
         self.bwd[p] = input_grads
 
