@@ -194,3 +194,13 @@ def test_bad_input_gives_one_line_errors():
 
     with pytest.raises(ProfileError, match="torch.fx cannot trace"):
         profile_graph(Untraceable(), (2, 3))
+
+
+def test_measured_profile_records_each_nodes_transient_bytes():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    profile = profile_graph(model, (32, 8), time_source="measured", repeats=1)
+    transients = profile.metadata["transient_bytes"]
+    # Linear then ReLU: the linear output is alive only until the ReLU has run (ReLU saves its result).
+    assert transients["fwd:0"] == 32 * 16 * F32
+    assert set(transients) == {n.name for n in profile.nodes if n.name != GRAD_OUTPUT_NAME}

@@ -46,6 +46,7 @@ The model is never changed: the meta copy and the device copy used for timing ar
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import hashlib
@@ -66,6 +67,7 @@ from torch import nn
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.flop_counter import FlopCounterMode
 
+from remat.executor.memory import memory_meter
 from remat.schedules import GraphNode, GraphProfile, ProfileError
 
 GRAD_OUTPUT_NAME = "grad:output"
@@ -798,9 +800,11 @@ def _measure_times(
     device: torch.device,
     dtype: torch.dtype,
     repeats: int,
-) -> tuple[list[float], list[float]]:
+) -> tuple[list[float], list[float], list[int], list[int]]:
     """Median milliseconds of each piece's recording forward and of its backward, measured on a
-    deep copy of the model on ``device`` (the model itself and the global RNG are untouched)."""
+    deep copy of the model on ``device`` (the model itself and the global RNG are untouched), and
+    the transient bytes of each (peak during it minus live bytes after it, from the warm-up round
+    with :func:`remat.executor.memory.memory_meter`)."""
     gm = copy.deepcopy(plan.graph_module).to(device)
     for p in gm.parameters():
         if p.is_floating_point():
@@ -821,7 +825,7 @@ def _measure_forked(
     device: torch.device,
     dtype: torch.dtype,
     repeats: int,
-) -> tuple[list[float], list[float]]:
+) -> tuple[list[float], list[float], list[int], list[int]]:
     real_inputs = {}
     for name, value in zip(plan.placeholders, inputs, strict=True):
         if value.device.type == "meta":
@@ -832,6 +836,7 @@ def _measure_forked(
     count = len(plan.pieces)
     fwd: list[list[float]] = [[] for _ in range(count)]
     bwd: list[list[float]] = [[] for _ in range(count)]
+    transient_f, transient_b = [0] * count, [0] * count
 
     def sync() -> None:
         if device.type == "cuda":
@@ -845,9 +850,12 @@ def _measure_forked(
         for p, piece in enumerate(plan.pieces):
             sync()
             start = time.perf_counter()
-            rec = forward_piece(gm, plan.graph_module, piece, values.__getitem__, consts, plan.grad_inputs[p])
-            sync()
-            times_f[p] = (time.perf_counter() - start) * 1e3
+            with memory_meter(device) if round_ == 0 else contextlib.nullcontext() as meter:
+                rec = forward_piece(gm, plan.graph_module, piece, values.__getitem__, consts, plan.grad_inputs[p])
+                sync()
+                times_f[p] = (time.perf_counter() - start) * 1e3
+                if meter is not None:
+                    transient_f[p] = max(0, meter.peak_bytes - meter.current_bytes)
             recorded.append(rec)
             values.update(rec.outputs)
         grads_of: dict[int, dict[str, torch.Tensor]] = {}
@@ -859,28 +867,32 @@ def _measure_forked(
             piece = plan.pieces[p]
             sync()
             start = time.perf_counter()
-            output_grads: dict[str, torch.Tensor] = {}
-            for o in piece.outputs:
-                contributions = [grads_of[c][o] for c in grads_of if o in grads_of[c]]
-                if o == plan.output_value:
-                    contributions.append(seed)
-                if contributions:
-                    output_grads[o] = contributions[0] if len(contributions) == 1 else sum(contributions)
-            grads_of[p] = backward_piece(
-                piece,
-                recorded[p],
-                output_grads,
-                [params[n] for n in piece.params if params[n].requires_grad],
-                plan.grad_inputs[p],
-            )
-            sync()
-            times_b[p] = (time.perf_counter() - start) * 1e3
+            with memory_meter(device) if round_ == 0 else contextlib.nullcontext() as meter:
+                output_grads: dict[str, torch.Tensor] = {}
+                for o in piece.outputs:
+                    contributions = [grads_of[c][o] for c in grads_of if o in grads_of[c]]
+                    if o == plan.output_value:
+                        contributions.append(seed)
+                    if contributions:
+                        output_grads[o] = contributions[0] if len(contributions) == 1 else sum(contributions)
+                grads_of[p] = backward_piece(
+                    piece,
+                    recorded[p],
+                    output_grads,
+                    [params[n] for n in piece.params if params[n].requires_grad],
+                    plan.grad_inputs[p],
+                )
+                del output_grads
+                sync()
+                times_b[p] = (time.perf_counter() - start) * 1e3
+                if meter is not None:
+                    transient_b[p] = max(0, meter.peak_bytes - meter.current_bytes)
         if round_ > 0:
             for p in range(count):
                 fwd[p].append(times_f[p])
                 bwd[p].append(times_b[p])
         del recorded, grads_of, values
-    return [statistics.median(t) for t in fwd], [statistics.median(t) for t in bwd]
+    return [statistics.median(t) for t in fwd], [statistics.median(t) for t in bwd], transient_f, transient_b
 
 
 def graph_plan(
@@ -943,8 +955,17 @@ def graph_plan(
             raise ProfileError(f"repeats: must be at least 1, got {repeats}")
         if any(t.is_meta for t in list(model.parameters()) + list(model.buffers())):
             raise ProfileError("time_source: 'measured' needs a model with real parameters, not one on the meta device")
-        fwd_ms, bwd_ms = _measure_times(plan, model, inputs, torch_device, torch_dtype, repeats)
+        fwd_ms, bwd_ms, transient_f, transient_b = _measure_times(
+            plan, model, inputs, torch_device, torch_dtype, repeats
+        )
         metadata["repeats"] = repeats
+        # Not part of the graph model (which has no transient field): the bytes each node needs
+        # above its output while it runs, for a future per-node overhead.
+        transients = {f"fwd:{pieces[p].name}": transient_f[p] for p in range(count)}
+        transients.update(
+            {f"bwd:{pieces[p].name}": transient_b[p] for p in range(count) if plan.backward_node[p] is not None}
+        )
+        metadata["transient_bytes"] = transients
         metadata["time_model"] = "median of measured recording-forward and backward times per piece"
     metadata["flops_forward"] = sum(f for f, _ in forward_cost)
     metadata["flops_backward"] = sum(f for f, _ in backward_cost)
