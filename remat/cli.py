@@ -314,6 +314,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--checkpoints", type=int, help="revolve: force this many checkpoint slots (the input's included)"
     )
     solve.add_argument("--slots", type=int, help="optimal: memory discretization levels (default 500)")
+    solve.add_argument(
+        "--time-limit", type=float, help="ilp, lp-rounding: solver time limit in seconds (ilp default 60)"
+    )
     solve.add_argument("-o", "--output", help="write the schedule JSON here")
     solve.set_defaults(func=_cmd_solve)
 

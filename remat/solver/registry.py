@@ -8,7 +8,18 @@ from __future__ import annotations
 from typing import Any
 
 from remat.schedules import ChainProfile, GraphProfile, RematError, Schedule
-from remat.solver import chen_greedy, chen_sqrt, optimal, recompute_all, revolve, sequential, store_all
+from remat.solver import (
+    chen_greedy,
+    chen_sqrt,
+    graph_baselines,
+    ilp,
+    lp_rounding,
+    optimal,
+    recompute_all,
+    revolve,
+    sequential,
+    store_all,
+)
 from remat.solver.common import Strategy
 
 _ALL: tuple[Strategy, ...] = (
@@ -19,6 +30,11 @@ _ALL: tuple[Strategy, ...] = (
     chen_greedy.STRATEGY,
     revolve.STRATEGY,
     optimal.STRATEGY,
+    graph_baselines.STORE_ALL,
+    graph_baselines.CHEN_SQRT,
+    graph_baselines.CHEN_GREEDY,
+    ilp.STRATEGY,
+    lp_rounding.STRATEGY,
 )
 
 STRATEGIES: dict[tuple[str, str], Strategy] = {(s.kind, s.name): s for s in _ALL}

@@ -1,0 +1,199 @@
+"""How fast the graph ILP certifies optimal schedules on real model graphs, next to LP rounding
+and the baselines.
+
+For each model graph (examples/graph_<name>.json) and each budget (percent of its store-all
+peak): the baselines' step time (store-all, chen-sqrt, chen-greedy), LP rounding (cost, LP bound),
+and the ILP at each time limit (status, objective, proven lower bound, gap, solve seconds).
+Prints a table and writes benchmarks/results/ilp_speed.json with the machine it ran on.
+
+    python benchmarks/ilp_speed.py --graphs vgg16,resnet50,mobilenetv2,unet --budgets 50,70,90 --limits 60
+    python benchmarks/ilp_speed.py --compare-backends --graphs vgg16 --budgets 80 --limits 30
+
+Times are wall-clock seconds on whatever machine runs this; note its load (the JSON records
+the CPU count and load average at the start).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from remat.schedules import InfeasibleBudgetError, RematError, load_profile  # noqa: E402
+from remat.solver import solve  # noqa: E402
+from remat.solver.checkmate_model import solve_model  # noqa: E402
+from remat.solver.graph_baselines import best_baseline_plan, store_all_plan  # noqa: E402
+from remat.solver.graph_stages import memory_lower_bound, plan_peak  # noqa: E402
+
+
+def machine() -> dict:
+    info = {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "load_average_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
+        "note": "2-core machine shared with several other sessions during the run: times are noisy",
+    }
+    try:
+        import ortools
+
+        info["ortools"] = ortools.__version__
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+    except Exception:  # noqa: BLE001
+        info["torch"] = None
+    return info
+
+
+def _run(profile, budget, strategy, **options) -> dict:
+    start = time.perf_counter()
+    try:
+        schedule = solve(profile, budget, strategy, **options)
+    except RematError as error:
+        row = {"strategy": strategy, "error": str(error), "seconds": round(time.perf_counter() - start, 2)}
+        if isinstance(error, InfeasibleBudgetError):
+            row["min_budget"] = error.min_budget
+        return row
+    row = {
+        "strategy": strategy,
+        "compute_ms": schedule.predicted.compute_ms,
+        "peak_memory": schedule.predicted.peak_memory,
+        "seconds": round(time.perf_counter() - start, 2),
+    }
+    for key in ("status", "lower_bound_ms", "gap", "solve_seconds", "source", "variables", "rounding"):
+        if key in schedule.extra:
+            row[key] = schedule.extra[key]
+    return row
+
+
+def benchmark(names, percents, limits, workers, lp_limit) -> list[dict]:
+    rows = []
+    for name in names:
+        profile = load_profile(ROOT / "examples" / f"graph_{name}.json")
+        top = plan_peak(profile, store_all_plan(profile))
+        for percent in percents:
+            budget = int(top * percent / 100)
+            entry = {
+                "graph": name,
+                "nodes": profile.size,
+                "edges": len(profile.edges),
+                "budget_percent": percent,
+                "budget": budget,
+                "store_all_peak": top,
+                "store_all_ms": profile.store_all_compute_ms,
+                "node_bound": memory_lower_bound(profile),
+                "results": [],
+            }
+            for strategy in ("store-all", "chen-sqrt", "chen-greedy"):
+                entry["results"].append(_run(profile, budget, strategy))
+            entry["results"].append(_run(profile, budget, "lp-rounding", time_limit=lp_limit))
+            for limit in limits:
+                row = _run(profile, budget, "ilp", time_limit=limit, workers=workers)
+                row["time_limit"] = limit
+                entry["results"].append(row)
+            rows.append(entry)
+            print_entry(entry)
+    return rows
+
+
+def print_entry(entry: dict) -> None:
+    base = entry["store_all_ms"]
+    print(
+        f"\n{entry['graph']} ({entry['nodes']} nodes) at {entry['budget_percent']}% of store-all "
+        f"({entry['budget'] / 2**30:.2f} GiB); store-all step {base:.1f} ms",
+        flush=True,
+    )
+    for row in entry["results"]:
+        label = row["strategy"] + (f" {row['time_limit']:g}s" if "time_limit" in row else "")
+        if "error" in row:
+            if row.get("min_budget"):
+                smallest = row["min_budget"] / 2**30
+                print(f"  {label:<16} infeasible; smallest budget it meets {smallest:.3f} GiB", flush=True)
+            else:
+                print(f"  {label:<16} {row['error']}", flush=True)
+            continue
+        extra = ""
+        if "lower_bound_ms" in row:
+            extra = f"  bound {row['lower_bound_ms']:.1f}  gap {100 * row['gap']:.3f}%"
+        if "status" in row:
+            extra += f"  {row['status']}"
+        overhead = 100 * (row["compute_ms"] / base - 1)
+        took = f"[{row['seconds']:.1f} s]"
+        print(f"  {label:<16} {row['compute_ms']:.1f} ms (+{overhead:.2f}%){extra}  {took}", flush=True)
+
+
+def compare_backends(names, percents, limit, workers) -> list[dict]:
+    rows = []
+    for name in names:
+        profile = load_profile(ROOT / "examples" / f"graph_{name}.json")
+        top = plan_peak(profile, store_all_plan(profile))
+        for percent in percents:
+            budget = int(top * percent / 100)
+            warm = best_baseline_plan(profile, budget)
+            for backend, threads in (("cp-sat", 1), ("cp-sat", 2), ("cp-sat", workers), ("scip", 2)):
+                result = solve_model(profile, budget, limit, threads, backend, hint=warm[1] if warm else None)
+                row = {
+                    "graph": name,
+                    "budget_percent": percent,
+                    "backend": backend,
+                    "workers": threads,
+                    "status": result.status,
+                    "objective_ms": result.objective_ms,
+                    "lower_bound_ms": result.lower_bound_ms,
+                    "solve_seconds": round(result.solve_seconds, 2),
+                    "warm_start_ms": warm[1].cost_ms(profile) if warm else None,
+                }
+                if result.plan is not None:
+                    row["peak_memory"] = plan_peak(profile, result.plan)
+                    row["within_budget"] = row["peak_memory"] <= budget
+                print(row, flush=True)
+                rows.append(row)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--graphs", default="vgg16,resnet50,mobilenetv2,unet")
+    parser.add_argument("--budgets", default="50,60,70,80,90", help="percent of the store-all peak")
+    parser.add_argument("--limits", default="60,600", help="ILP time limits in seconds")
+    parser.add_argument("--lp-limit", type=float, default=60.0, help="LP relaxation time limit, seconds")
+    parser.add_argument("--workers", type=int, default=8, help="CP-SAT workers")
+    parser.add_argument("--compare-backends", action="store_true")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "ilp_speed.json"))
+    parser.add_argument("--append", action="store_true", help="add to the rows already in --out")
+    args = parser.parse_args()
+    names = [n for n in args.graphs.split(",") if n]
+    percents = [float(p) for p in args.budgets.split(",") if p]
+    limits = [float(x) for x in args.limits.split(",") if x]
+    out = Path(args.out)
+    data = {"machine": machine(), "command": " ".join(sys.argv), "runs": [], "backends": []}
+    if args.append and out.exists():
+        previous = json.loads(out.read_text())
+        data["runs"] = previous.get("runs", [])
+        data["backends"] = previous.get("backends", [])
+        data["previous_machine"] = previous.get("machine")
+    if args.compare_backends:
+        data["backends"] += compare_backends(names, percents, limits[0], args.workers)
+    else:
+        data["runs"] += benchmark(names, percents, limits, args.workers, args.lp_limit)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=1))
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()

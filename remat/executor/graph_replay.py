@@ -1,0 +1,523 @@
+"""Replay a graph schedule (compute/free ops) as an ordinary training step of a real model.
+
+:class:`GraphReplay` wraps a model, the graph profile made from it by
+:func:`remat.executor.graph_profile.profile_graph` and a graph schedule solved for that profile.
+A training loop uses it unchanged::
+
+    wrapped = GraphReplay(model, schedule, profile)
+    out = wrapped(x); loss = crit(out, y); loss.backward(); opt.step()
+
+Calling it runs the schedule's forward phase (the ops before ``compute grad:output``) inside a
+custom ``autograd.Function``; that Function's ``backward`` runs the remaining ops. Node kinds map
+onto tensors as the profile's mapping says (module docstring of ``graph_profile``):
+
+* ``compute fwd:p``: run piece p recording its autograd graph (``forward_piece``); the executor
+  holds the piece's outputs and, through them, its saved tensors. Inputs come from the
+  producers' held outputs; p's graph keeps no reference to them (saved-tensor hooks), so freeing
+  a producer frees its memory, and p's backward reads the producer's *current* output.
+* ``compute grad:output``: the gradient of the model output that autograd hands the Function.
+* ``compute bwd:p``: sum the gradient contributions of p's consumers' backward nodes (and the seed
+  for the model output), run p's backward over its recorded graph, keep the gradients w.r.t. p's
+  inputs; parameter gradients are accumulated into ``.grad`` the first time ``bwd:p`` runs in the
+  step (a recomputed backward does not add them twice).
+* ``free v``: drop the executor's reference. Dropping the seed releases its storage when only
+  autograd's own argument tuple could still see it (as the chain replay does for ``g[n]``).
+
+Guarantees, as for the chain replay: gradients equal the plain model's; a recomputed piece
+replays the RNG state of its first run in the step (dropout draws the same mask) and leaves the
+global RNG where it was; its buffers (BatchNorm running statistics) are restored after the
+recomputation, so they are updated once per step; a schedule, profile and model that do not
+belong together are refused with a one-line error. Under ``torch.no_grad()`` or in eval mode the
+wrapper runs the plain model. Gradients w.r.t. the model input are not produced (the profile does
+not count them): an input that requires grad is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import statistics
+import time
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from remat.executor.graph_profile import (
+    GRAD_OUTPUT_NAME,
+    ConstCache,
+    GraphPlan,
+    RecordedPiece,
+    backward_piece,
+    forward_piece,
+    graph_plan,
+)
+from remat.executor.measure import OpMeasurement, Report
+from remat.executor.memory import memory_meter, notify_resized, untracked
+from remat.schedules import GraphProfile, Op, ProfileError, RematError, Schedule, ScheduleError, parse_ops, simulate
+
+
+def _plan_for(model: nn.Module, profile: GraphProfile) -> GraphPlan:
+    """Rebuild the plan of ``model`` at the profile's input shapes and check it is the profile's graph."""
+    meta = profile.metadata
+    for key in ("structure_sha256", "input_shapes", "input_dtypes", "dtype"):
+        if key not in meta:
+            raise ProfileError(
+                f"metadata.{key}: missing; the graph replay needs a profile made by remat.executor.graph_profile"
+            )
+    example = tuple(
+        torch.empty(tuple(shape), dtype=getattr(torch, dtype), device="meta")
+        for shape, dtype in zip(meta["input_shapes"], meta["input_dtypes"], strict=True)
+    )
+    plan = graph_plan(model, example_inputs=example, dtype=meta["dtype"], name=profile.name)
+    mine = plan.profile
+    if mine.size != profile.size:
+        raise ScheduleError(
+            f"model does not match the profile: the model's graph has {mine.size} nodes, "
+            f"profile '{profile.name}' has {profile.size}"
+        )
+    if plan.profile.metadata["structure_sha256"] != meta["structure_sha256"]:
+        for index, (a, b) in enumerate(zip(mine.nodes, profile.nodes, strict=True)):
+            if (a.name, a.size, a.backward) != (b.name, b.size, b.backward):
+                raise ScheduleError(
+                    f"model does not match the profile: node {index} is '{a.name}' ({a.size} bytes) in the model's "
+                    f"graph but '{b.name}' ({b.size} bytes) in profile '{profile.name}'"
+                )
+        raise ScheduleError(f"model does not match the profile '{profile.name}': its graph has different edges")
+    return plan
+
+
+class _Step:
+    """State of one training step: held forward pieces, the seed, input gradients, RNG snapshots."""
+
+    def __init__(self, owner: GraphReplay, inputs: Sequence[torch.Tensor]) -> None:
+        self.owner = owner
+        plan = owner.plan
+        self.inputs = dict(zip(plan.placeholders, inputs, strict=True))
+        self.consts = ConstCache(plan.graph_module, plan.graph_module, self.inputs)
+        self.fwd: dict[int, RecordedPiece] = {}
+        self.bwd: dict[int, dict[str, torch.Tensor]] = {}
+        self.seed: torch.Tensor | None = None
+        self.kept_seed: torch.Tensor | None = None
+        self.engine_grad: torch.Tensor | None = None
+        self.rng: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
+        self.ran_forward: set[int] = set()
+        self.params_done: set[int] = set()
+        self.output_ref: weakref.ref | None = None
+        device = inputs[0].device
+        self.cuda_device = device if device.type == "cuda" else None
+
+    # -- helpers --------------------------------------------------------------------------
+    def fetch(self, name: str) -> Any:
+        if name in self.inputs:
+            return self.inputs[name]
+        p = self.owner.plan.producer[name]
+        recorded = self.fwd.get(p)
+        if recorded is None:
+            node = self.owner.plan.forward_node[p]
+            raise RematError(
+                f"executor: node {node} ('{self.owner.profile.nodes[node].name}') is not in memory "
+                "(schedule and executor disagree)"
+            )
+        return recorded.outputs[name]
+
+    @contextlib.contextmanager
+    def _piece_context(self, p: int) -> Iterator[None]:
+        piece = self.owner.plan.pieces[p]
+        if p not in self.ran_forward:  # first run this step: remember the RNG it sees
+            if piece.random:
+                with untracked():
+                    cpu = torch.get_rng_state()
+                    cuda = torch.cuda.get_rng_state(self.cuda_device) if self.cuda_device is not None else None
+                self.rng[p] = (cpu, cuda)
+            yield
+            return
+        # Recomputation: same random numbers as the first run; buffers and global RNG untouched.
+        buffers = self.owner.piece_buffers[p]
+        snapshots = self.owner.buffer_snapshots(p)
+        for buffer, snap in zip(buffers, snapshots, strict=True):
+            snap.copy_(buffer.data)
+        saved_rng = None
+        if piece.random:
+            with untracked():
+                cpu_now = torch.get_rng_state()
+                cuda_now = torch.cuda.get_rng_state(self.cuda_device) if self.cuda_device is not None else None
+            saved_rng = (cpu_now, cuda_now)
+            torch.set_rng_state(self.rng[p][0])
+            if self.cuda_device is not None:
+                torch.cuda.set_rng_state(self.rng[p][1], self.cuda_device)
+        try:
+            yield
+        finally:
+            # through .data: the recomputed graph may have saved a buffer (BatchNorm saves its
+            # running stats); restoring must not bump the version counter autograd checks.
+            for buffer, snap in zip(buffers, snapshots, strict=True):
+                buffer.data.copy_(snap)
+            if saved_rng is not None:
+                torch.set_rng_state(saved_rng[0])
+                if self.cuda_device is not None:
+                    torch.cuda.set_rng_state(saved_rng[1], self.cuda_device)
+
+    # -- ops ------------------------------------------------------------------------------
+    def compute(self, v: int, grad_output: torch.Tensor | None) -> None:
+        kind, p = self.owner.kinds[v]
+        if kind == "forward":
+            plan = self.owner.plan
+            with self._piece_context(p):
+                recorded = forward_piece(
+                    plan.graph_module, plan.graph_module, plan.pieces[p], self.fetch, self.consts, plan.grad_inputs[p]
+                )
+            self.fwd[p] = recorded
+            self.ran_forward.add(p)
+        elif kind == "grad_output":
+            if self.kept_seed is not None:  # recomputing the seed: its bytes were kept (see free)
+                self.seed, self.kept_seed = self.kept_seed, None
+                return
+            if grad_output is None:
+                raise RematError("executor: the output gradient is no longer available")
+            dense = grad_output.is_contiguous() and (
+                grad_output.untyped_storage().nbytes() == grad_output.numel() * grad_output.element_size()
+            )
+            self.seed = grad_output if dense else grad_output.contiguous()
+            self.engine_grad = grad_output if dense else None
+        else:
+            self._backward(p)
+
+    def _backward(self, p: int) -> None:
+        plan = self.owner.plan
+        piece = plan.pieces[p]
+        output_grads: dict[str, torch.Tensor] = {}
+        for o in piece.outputs:
+            contributions = []
+            for c in self.owner.grad_consumers.get(o, ()):
+                grads = self.bwd.get(c)
+                if grads is None:
+                    node = plan.backward_node[c]
+                    raise RematError(f"executor: node {node} is not in memory (schedule and executor disagree)")
+                contributions.append(grads[o])
+            if o == plan.output_value:
+                if self.seed is None:
+                    raise RematError(
+                        f"executor: '{GRAD_OUTPUT_NAME}' is not in memory (schedule and executor disagree)"
+                    )
+                contributions.append(self.seed)
+            if contributions:
+                output_grads[o] = functools.reduce(torch.add, contributions)
+        recorded = self.fwd.get(p)
+        if recorded is None:
+            node = plan.forward_node[p]
+            raise RematError(f"executor: node {node} is not in memory (schedule and executor disagree)")
+        first = p not in self.params_done
+        params = [prm for prm in self.owner.piece_params[p] if prm.requires_grad] if first else []
+        input_grads = backward_piece(piece, recorded, output_grads, params, plan.grad_inputs[p])
+        del output_grads, contributions
+        self.params_done.add(p)
+        self.bwd[p] = input_grads
+
+    def free(self, v: int, position: int) -> None:
+        kind, p = self.owner.kinds[v]
+        if kind == "forward":
+            del self.fwd[p]
+        elif kind == "backward":
+            del self.bwd[p]
+        elif position < self.owner.last_seed_compute:
+            # The schedule computes the seed again later, but it cannot be recomputed (it comes
+            # from the loss, outside the model): its bytes stay alive until then, which the
+            # simulator does not count (the profile gives the seed no recompute cost).
+            self.kept_seed, self.seed = self.seed, None
+        else:
+            self.seed = None
+            release, self.engine_grad = self.engine_grad, None
+            if release is not None and self._may_release(release):
+                with contextlib.suppress(RuntimeError):
+                    release.untyped_storage().resize_(0)
+                    notify_resized(release)
+
+    def _may_release(self, g: torch.Tensor) -> bool:
+        """True if freeing the seed's storage cannot be seen by anyone but autograd's argument tuple."""
+        output = self.output_ref() if self.output_ref is not None else None
+        if output is not None and output.retains_grad:
+            return False
+        if g._is_view():
+            return False
+        storage = g.untyped_storage()  # this Python storage object holds one reference itself
+        # references: autograd's argument tuple, Function.backward's argument, our local `release`
+        # and the `g` parameter, plus the storage object; anything more is someone else's.
+        return torch._C._storage_Use_Count(storage._cdata) <= 2
+
+    def run(self, ops: Sequence[Op], start: int, grad_output: torch.Tensor | None = None) -> None:
+        observer = self.owner.observer
+        for position, (op, v) in enumerate(ops, start=start):
+            if observer is not None:
+                observer(position, op, v, "before")
+            if op == "compute":
+                self.compute(v, grad_output)
+                if self.owner.kinds[v][0] == "grad_output":
+                    grad_output = None
+            else:
+                self.free(v, position)
+            if observer is not None:
+                observer(position, op, v, "after")
+
+    def forward_phase(self) -> torch.Tensor:
+        self.run(self.owner.forward_ops, 0)
+        plan = self.owner.plan
+        return self.fwd[plan.output_piece].outputs[plan.output_value].detach()
+
+    def backward_phase(self, grad_output: torch.Tensor) -> None:
+        self.run(self.owner.backward_ops, len(self.owner.forward_ops), grad_output)
+        self.fwd.clear()
+        self.bwd.clear()
+        self.seed = None
+        self.kept_seed = None
+        self.engine_grad = None
+
+
+class _ReplayFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, step: _Step, anchor: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
+        ctx.step = step
+        ctx.count = len(inputs)
+        return step.forward_phase()
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor):
+        step: _Step | None = ctx.step
+        ctx.step = None
+        if step is None:
+            raise RematError("executor: backward through a remat step twice is not supported (no retain_graph)")
+        step.backward_phase(grad_output)
+        return (None, None) + (None,) * ctx.count
+
+
+class GraphReplay(nn.Module):
+    """A model that trains by replaying a graph schedule.
+
+    Args:
+        model: the model the profile was made from (shared, not copied).
+        schedule: a graph :class:`Schedule` solved for ``profile`` (or a raw op list).
+        profile: the graph profile from :func:`profile_graph` (its metadata identifies the model's
+            graph and input shape).
+    """
+
+    def __init__(self, model: nn.Module, schedule: Schedule | Sequence[Op], profile: GraphProfile) -> None:
+        super().__init__()
+        if not isinstance(profile, GraphProfile):
+            raise ProfileError("profile: the graph replay needs a graph profile")
+        if isinstance(schedule, Schedule):
+            if schedule.profile_sha256 != profile.sha256:
+                raise ScheduleError(
+                    f"schedule was solved for profile '{schedule.profile}' (sha256 {schedule.profile_sha256[:12]}...),"
+                    f" not for '{profile.name}' (sha256 {profile.sha256[:12]}...)"
+                )
+            ops = schedule.ops
+        else:
+            ops = schedule
+        ops = parse_ops(list(ops))
+        if any(name not in ("compute", "free") for name, _ in ops):
+            raise ScheduleError("schedule: the graph replay runs graph schedules (compute, free), not chain ones")
+        top = max((v for _, v in ops), default=-1)
+        if top >= profile.size:
+            raise ScheduleError(f"schedule uses node {top}, but profile '{profile.name}' has {profile.size} nodes")
+        simulate(profile, ops, timeline=False)  # raises ScheduleError naming the op
+        self.model = model
+        self.profile = profile
+        self.plan = _plan_for(model, profile)
+        self.kinds = [self.plan.node_kind(v) for v in range(profile.size)]
+        seed_position = ops.index(("compute", self.plan.grad_output_node))
+        self.ops = ops
+        self.last_seed_compute = max(k for k, op in enumerate(ops) if op == ("compute", self.plan.grad_output_node))
+        self.forward_ops = ops[:seed_position]
+        self.backward_ops = ops[seed_position:]
+        gm = self.plan.graph_module
+        self.piece_params = [[gm.get_parameter(n) for n in piece.params] for piece in self.plan.pieces]
+        nodes = {n.name: n for n in gm.graph.nodes}
+        self.piece_buffers: list[list[torch.Tensor]] = []
+        for piece in self.plan.pieces:
+            buffers: dict[int, torch.Tensor] = {}
+            for name in piece.nodes:
+                node = nodes[name]
+                if node.op == "call_module":
+                    for b in gm.get_submodule(node.target).buffers():
+                        buffers.setdefault(id(b), b)
+            self.piece_buffers.append(list(buffers.values()))
+        self.grad_consumers: dict[str, list[int]] = {}
+        for c, names in enumerate(self.plan.grad_inputs):
+            for name in names:
+                self.grad_consumers.setdefault(name, []).append(c)
+        self._snapshots: dict[int, list[torch.Tensor]] = {}
+        self._anchor = torch.empty(0, requires_grad=True)
+        self._shapes = [tuple(s) for s in profile.metadata["input_shapes"]]
+        # called as observer(position, op, node, "before" | "after") around every op (measurement)
+        self.observer: Callable[[int, str, int, str], None] | None = None
+
+    def buffer_snapshots(self, p: int) -> list[torch.Tensor]:
+        """Preallocated copies of piece p's buffers (no allocation during the step once made)."""
+        buffers = self.piece_buffers[p]
+        snaps = self._snapshots.get(p)
+        if snaps is None or any(
+            s.shape != b.shape or s.dtype != b.dtype or s.device != b.device
+            for s, b in zip(snaps, buffers, strict=True)
+        ):
+            with untracked(), torch.no_grad():
+                snaps = [b.detach().clone() for b in buffers]
+            self._snapshots[p] = snaps
+        return snaps
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        if not torch.is_grad_enabled() or not self.training:
+            return self.model(*inputs)
+        if len(inputs) != len(self._shapes):
+            raise RematError(f"executor: the model takes {len(self._shapes)} inputs, got {len(inputs)}")
+        for index, (x, shape) in enumerate(zip(inputs, self._shapes, strict=True)):
+            if tuple(x.shape) != shape:
+                raise RematError(
+                    f"executor: input {index} has shape {tuple(x.shape)}, the profile was made for {shape}"
+                )
+            if x.requires_grad:
+                raise RematError("executor: the graph replay does not compute gradients w.r.t. the model input")
+        step = _Step(self, inputs)
+        out = _ReplayFunction.apply(step, self._anchor, *inputs)
+        step.output_ref = weakref.ref(out)
+        return out
+
+
+@dataclass(frozen=True)
+class GraphMeasurement:
+    """Predicted (simulator) and measured activation memory of one graph replay step.
+
+    ``measured_peak``: the largest live byte count during the step (bytes), counting every tensor
+    the step allocates except parameters and their gradients (pre-allocated); the model input is
+    not counted (the graph model does not either). ``timeline[k]``: live bytes before op k, the
+    peak during it (transients included) and after it. ``step_ms``: median wall-clock
+    milliseconds of ``timed_steps`` unmetered steps (NaN if none).
+    """
+
+    predicted_peak: int
+    measured_peak: int
+    predicted_after: tuple[int, ...]
+    timeline: tuple[OpMeasurement, ...]
+    step_ms: float
+    predicted_ms: float
+    device: str
+
+    @property
+    def measured_after(self) -> tuple[int, ...]:
+        """Live bytes right after each op."""
+        return tuple(m.memory_after for m in self.timeline)
+
+    @property
+    def peak_error(self) -> float:
+        """(measured - predicted) / predicted peak."""
+        return (self.measured_peak - self.predicted_peak) / self.predicted_peak if self.predicted_peak else 0.0
+
+
+def _prepare_grads(module: nn.Module) -> None:
+    with untracked():
+        for p in module.parameters():
+            if p.requires_grad:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                else:
+                    p.grad.detach_()
+                    p.grad.zero_()
+
+
+def measure_graph(
+    wrapped: GraphReplay, inputs: Sequence[torch.Tensor], warmup: int = 1, timed_steps: int = 0
+) -> GraphMeasurement:
+    """Run training steps ``loss = (wrapped(*inputs) * r).sum(); loss.backward()`` (``r`` fixed,
+    random, so autograd hands the replay a full-size output gradient) and measure one of them with
+    :func:`remat.executor.memory.memory_meter` (the live-storage tracker on CPU)."""
+    device = inputs[0].device
+    wrapped.train()
+    weight: list[torch.Tensor] = []
+
+    def step() -> None:
+        out = wrapped(*inputs)
+        if not weight:
+            with untracked():
+                weight.append(torch.randn_like(out))
+        loss = (out * weight[0]).sum()
+        del out
+        loss.backward()
+
+    for _ in range(max(1, warmup)):
+        _prepare_grads(wrapped)
+        step()
+    _prepare_grads(wrapped)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    records: list[OpMeasurement] = []
+    with memory_meter(device) as meter:
+        state = {"peak": 0, "before": 0}
+
+        def observer(position: int, op: str, v: int, when: str) -> None:
+            if when == "before":
+                state["peak"] = max(state["peak"], meter.peak_bytes)  # what happened between ops
+                state["before"] = meter.current_bytes
+                meter.reset_peak()
+            else:
+                op_peak = meter.peak_bytes
+                state["peak"] = max(state["peak"], op_peak)
+                records.append(OpMeasurement(position, op, v, state["before"], op_peak, meter.current_bytes))
+
+        wrapped.observer = observer
+        try:
+            step()
+        finally:
+            wrapped.observer = None
+        peak = max(state["peak"], meter.peak_bytes)
+    times = []
+    for _ in range(timed_steps):
+        _prepare_grads(wrapped)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        begin = time.perf_counter()
+        step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append((time.perf_counter() - begin) * 1e3)
+    predicted = simulate(wrapped.profile, wrapped.ops, timeline=True)
+    return GraphMeasurement(
+        predicted_peak=predicted.peak_memory,
+        measured_peak=peak,
+        predicted_after=tuple(r.memory_after for r in predicted.timeline),
+        timeline=tuple(records),
+        step_ms=float(statistics.median(times)) if times else float("nan"),
+        predicted_ms=predicted.compute_ms,
+        device=str(device),
+    )
+
+
+def compare_graph(
+    profile: GraphProfile,
+    schedule: Schedule,
+    wrapped: GraphReplay,
+    inputs: Sequence[torch.Tensor],
+    steps: int = 3,
+    warmup: int = 1,
+) -> Report:
+    """Predicted vs measured for a graph schedule, as the chain's :func:`remat.executor.measure.compare`
+    reports it (same :class:`Report`, so ``remat execute`` prints graph and chain runs alike)."""
+    measured = measure_graph(wrapped, inputs, warmup=warmup, timed_steps=steps)
+    predicted = simulate(profile, schedule.ops, timeline=True)
+    return Report(
+        strategy=schedule.strategy,
+        budget=schedule.budget,
+        predicted_peak=predicted.peak_memory,
+        measured_peak=measured.measured_peak,
+        predicted_ms=predicted.compute_ms,
+        measured_ms=measured.step_ms,
+        steps=steps,
+        device=measured.device,
+        predicted_timeline=tuple((r.memory_before, r.peak, r.memory_after) for r in predicted.timeline),
+        measured_timeline=measured.timeline,
+        metadata={"profile": profile.name, "torch": torch.__version__, "kind": "graph"},
+    )
+
+
+__all__ = ["GraphMeasurement", "GraphReplay", "compare_graph", "measure_graph"]

@@ -1,0 +1,359 @@
+"""Checkmate's MILP (Jain et al. 2020) on OR-Tools, for the ``ilp`` and ``lp-rounding`` strategies.
+
+Variables (names as in the paper), for an n-node graph with frontier-advancing stages:
+
+* ``R[t, i]`` (binary, i <= t): node i is computed in stage t; ``R[t, t] = 1``.
+* ``S[t, i]`` (binary, i < t): node i's output is held at the start of stage t.
+* ``FREE[t, i, k]`` (binary, k <= t, i = k or i an input of k): i is freed right after
+  computing k in stage t.
+* ``U[t, k]`` (integer bytes / continuous): memory held right after computing k in stage t.
+
+Constraints:
+
+* dependencies: ``R[t, v] <= R[t, u] + S[t, u]`` for every edge (u, v), v <= t;
+* keeping: ``S[t+1, i] <= R[t, i] + S[t, i]``;
+* no duplicate: ``R[t, i] + S[t, i] <= 1`` (the simulator refuses to compute a held node; a
+  recomputation of a held node is never useful, so this costs no optimality);
+* FREE is exactly "R[t, k] and not S[t+1, i] and no consumer j > k of i computed in stage t"
+  (Checkmate's num_hazards, written as one inequality per hazard, which is also a tighter LP);
+* memory, Checkmate's recursion: ``U[t, 0] = sum_i S[t, i] M_i + R[t, 0] M_0`` and
+  ``U[t, k] = U[t, k-1] - sum_i FREE[t, i, k-1] M_i + R[t, k] M_k``, ``U[t, k] <= budget``.
+
+This U is *exactly* the simulator's memory right after each compute (the simulator measures
+its peak there, including everything held; frees happen after): see :mod:`graph_stages`, whose
+``plan_memory`` is the same recursion in Python; every decoded schedule is checked by
+``make_schedule`` to have simulator peak == max U and simulator time == objective.
+
+Objective: ``sum_t sum_i time_i R[t, i]`` (milliseconds).
+
+Solver choice, measured (OR-Tools 9.15, this 2-core machine shared with other sessions, so
+times are noisy): a 30-stage random chain as a graph (62 nodes, 10,201 model variables) at 50%
+of its store-all peak, warm start chen-sqrt = 229.27 ms, 20 s per run:
+
+==========================  ============  ===============
+backend                     best (ms)     bound (ms)
+==========================  ============  ===============
+CP-SAT, 1 worker            229.27        179.27
+CP-SAT, 2 workers           210.53        179.27
+CP-SAT, 8 workers           209.14        194.71
+SCIP (pywraplp, hinted)     229.27        192.82
+HiGHS (pywraplp)            none          none (and it segfaults when given a hint)
+==========================  ============  ===============
+
+CP-SAT with 8 workers finds the best schedule and the best bound; its portfolio (LP-based
+search, LNS, core-based bounds) pays off even with more workers than cores. It also works in
+exact integers (memory in bytes / gcd of the sizes, costs scaled to integers), so a decoded
+schedule can never exceed the budget by a floating-point feasibility tolerance, and it takes a
+complete warm-start hint. SCIP remains available (``backend="scip"``) for comparison.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from functools import reduce
+from typing import Any
+
+from remat.schedules import GraphProfile
+from remat.solver.graph_stages import StagePlan, free_points, plan_memory
+
+# See the measurement in the module docstring.
+BACKEND_CHOICE = "cp-sat"
+DEFAULT_WORKERS = 8
+BACKENDS = ("cp-sat", "scip", "highs")
+
+# Integer objective for CP-SAT: node times are scaled to integers with this many steps for the
+# slowest node, rounded DOWN, so the solver's bound divided by the scale is a valid lower bound on
+# the true milliseconds (the true cost of any plan is >= its rounded-down cost).
+TIME_STEPS = 10**6
+
+
+@dataclass(frozen=True)
+class ModelResult:
+    """Outcome of one solve.
+
+    Attributes:
+        plan: the best plan found (None if none).
+        status: "optimal", "feasible", "infeasible" or "unknown" (no plan and no proof).
+        lower_bound_ms: proven lower bound on the objective (milliseconds), or None.
+        objective_ms: the plan's cost in milliseconds (recomputed exactly from R), or None.
+        solve_seconds: wall time of the solver call (seconds), excluding model building.
+        build_seconds: wall time of building the model (seconds).
+        memory: U[t, k] as the solver holds it (bytes), for the computed k, or None.
+        variables: number of model variables.
+        free_matches: whether the solver's FREE values are exactly Checkmate's rule applied to its
+            R and S (which is where the decoded ops free), or None without a plan.
+    """
+
+    plan: StagePlan | None
+    status: str
+    lower_bound_ms: float | None
+    objective_ms: float | None
+    solve_seconds: float
+    build_seconds: float
+    memory: dict[tuple[int, int], int] | None
+    variables: int
+    free_matches: bool | None = None
+
+
+class _Model:
+    """R, S, FREE, U over one backend. Fixed entries (R[t, t] = 1, S[0, i] = 0) are Python ints."""
+
+    def __init__(
+        self, profile: GraphProfile, budget: int, backend: str, relax: bool = False, minimize_peak: bool = False
+    ):
+        self.profile = profile
+        self.backend = backend
+        self.relax = relax
+        n = profile.size
+        sizes = [node.size for node in profile.nodes]
+        # Memory in units of the gcd of the sizes: exact, and smaller coefficients.
+        self.unit = reduce(math.gcd, [s for s in sizes if s > 0], 0) or 1
+        self.mem = [s // self.unit for s in sizes]
+        self.cap = budget // self.unit
+        if minimize_peak:
+            self.cap = sum(self.mem)
+        slowest = max((node.time_ms for node in profile.nodes), default=0.0)
+        self.scale = TIME_STEPS / slowest if slowest > 0 else 1.0
+        self.cost = [math.floor(node.time_ms * self.scale) for node in profile.nodes]
+        if backend == "cp-sat":
+            from ortools.sat.python import cp_model
+
+            self.cp = cp_model
+            self.m = cp_model.CpModel()
+        else:
+            from ortools.linear_solver import pywraplp
+
+            name = {"scip": "SCIP", "highs": "HIGHS"}[backend]
+            if relax:
+                name = "GLOP"
+            self.m = pywraplp.Solver.CreateSolver(name)
+            if self.m is None:
+                raise RuntimeError(f"OR-Tools has no {name} solver")
+        self.count = 0
+        preds = profile.predecessors
+        succs = profile.successors
+        self.R: dict[tuple[int, int], Any] = {}
+        self.S: dict[tuple[int, int], Any] = {}
+        self.FREE: dict[tuple[int, int, int], Any] = {}
+        self.U: dict[tuple[int, int], Any] = {}
+        for t in range(n):
+            for i in range(t + 1):
+                self.R[t, i] = 1 if i == t else self._bool(f"R[{t},{i}]")
+            for i in range(t):
+                self.S[t, i] = self._bool(f"S[{t},{i}]")
+        add = self._add
+        for t in range(n):
+            for i in range(t):
+                add(self.R[t, i] + self.S[t, i] <= 1)
+            for v in range(t + 1):
+                for u in preds[v]:
+                    add(self.R[t, v] <= self.R[t, u] + self.S[t, u])
+            if t + 1 < n:
+                for i in range(t + 1):
+                    add(self.S[t + 1, i] <= self.R[t, i] + (self.S[t, i] if i < t else 0))
+            for k in range(t + 1):
+                for i in (*preds[k], k):
+                    free = self._bool(f"FREE[{t},{i},{k}]")
+                    self.FREE[t, i, k] = free
+                    hazards = [1 - self.R[t, k]] if k != t else []
+                    if t + 1 < n:
+                        hazards.append(self.S[t + 1, i])
+                    hazards += [self.R[t, j] for j in succs[i] if k < j <= t]
+                    for h in hazards:
+                        add(free + h <= 1)
+                    add(free >= 1 - sum(hazards))
+            previous = None
+            for k in range(t + 1):
+                u = self._int(0, self.cap, f"U[{t},{k}]")
+                self.U[t, k] = u
+                if previous is None:
+                    add(u == sum(self.S[t, i] * self.mem[i] for i in range(t)) + self.R[t, 0] * self.mem[0])
+                else:
+                    freed = sum(self.FREE[t, i, k - 1] * self.mem[i] for i in (*preds[k - 1], k - 1))
+                    add(u == previous - freed + self.R[t, k] * self.mem[k])
+                previous = u
+        if minimize_peak:
+            self.peak = self._int(0, self.cap, "peak")
+            for u in self.U.values():
+                add(self.peak >= u)
+            self.m.Minimize(self.peak)
+            self.scale = 1.0 / self.unit  # so that bound / scale is in bytes
+        else:
+            objective = sum(self.cost[i] * self.R[t, i] for t in range(n) for i in range(t) if self.cost[i] > 0)
+            self.m.Minimize(objective)
+
+    def _bool(self, name: str) -> Any:
+        self.count += 1
+        if self.backend == "cp-sat":
+            return self.m.NewBoolVar(name)
+        return self.m.NumVar(0.0, 1.0, name) if self.relax else self.m.BoolVar(name)
+
+    def _int(self, lb: int, ub: int, name: str) -> Any:
+        self.count += 1
+        if self.backend == "cp-sat":
+            return self.m.NewIntVar(lb, ub, name)
+        return self.m.NumVar(float(lb), float(ub), name)
+
+    def _add(self, constraint: Any) -> None:
+        if isinstance(constraint, bool):
+            if not constraint:
+                raise AssertionError("trivially false constraint")
+            return
+        self.m.Add(constraint)
+
+    def hint(self, plan: StagePlan) -> None:
+        """Give the solver a complete solution: R, S from the plan; FREE and U by Checkmate's rules."""
+        n = self.profile.size
+        values: list[tuple[Any, int]] = []
+        for (t, i), var in self.R.items():
+            if not isinstance(var, int):
+                values.append((var, int(i in plan.R[t])))
+        for (t, i), var in self.S.items():
+            values.append((var, int(i in plan.S[t])))
+        for t in range(n):
+            after, _ = free_points(self.profile, plan, t)
+            freed = {(i, k) for k, nodes in after.items() for i in nodes}
+            held = sum(self.mem[i] for i in plan.S[t])
+            for k in range(t + 1):
+                for i in (*self.profile.predecessors[k], k):
+                    values.append((self.FREE[t, i, k], int((i, k) in freed)))
+                if k in plan.R[t]:
+                    held += self.mem[k]
+                values.append((self.U[t, k], held))
+                held -= sum(self.mem[i] for i in after.get(k, ()))
+        if self.backend == "cp-sat":
+            for var, value in values:
+                self.m.AddHint(var, value)
+        else:
+            self.m.SetHint([v for v, _ in values], [float(x) for _, x in values])
+
+    def value(self, var: Any) -> float:
+        if isinstance(var, int):
+            return float(var)
+        if self.backend == "cp-sat":
+            return float(self._solver.Value(var))
+        return var.solution_value()
+
+    def solve(self, time_limit: float, workers: int) -> tuple[str, float | None, float]:
+        """Run the backend; return (status, bound in scaled units or None, seconds)."""
+        start = time.perf_counter()
+        if self.backend == "cp-sat":
+            solver = self.cp.CpSolver()
+            solver.parameters.max_time_in_seconds = float(time_limit)
+            solver.parameters.num_workers = max(1, int(workers))
+            code = solver.Solve(self.m)
+            self._solver = solver
+            seconds = time.perf_counter() - start
+            status = {
+                self.cp.OPTIMAL: "optimal",
+                self.cp.FEASIBLE: "feasible",
+                self.cp.INFEASIBLE: "infeasible",
+            }.get(code, "unknown")
+            bound = solver.BestObjectiveBound() if status in ("optimal", "feasible") else None
+            if status == "unknown":
+                bound = solver.BestObjectiveBound()
+                bound = bound if math.isfinite(bound) else None
+            return status, bound, seconds
+        from ortools.linear_solver import pywraplp
+
+        self.m.SetTimeLimit(int(time_limit * 1000))
+        if workers > 1 and not self.relax:
+            self.m.SetNumThreads(int(workers))
+        code = self.m.Solve()
+        seconds = time.perf_counter() - start
+        status = {
+            pywraplp.Solver.OPTIMAL: "optimal",
+            pywraplp.Solver.FEASIBLE: "feasible",
+            pywraplp.Solver.INFEASIBLE: "infeasible",
+        }.get(code, "unknown")
+        bound = None
+        if status in ("optimal", "feasible"):
+            bound = self.m.Objective().Value() if self.relax else self.m.Objective().BestBound()
+        return status, bound, seconds
+
+    def plan(self) -> StagePlan:
+        n = self.profile.size
+        R = tuple(frozenset(i for i in range(t + 1) if self.value(self.R[t, i]) > 0.5) for t in range(n))
+        S = tuple(frozenset(i for i in range(t) if self.value(self.S[t, i]) > 0.5) for t in range(n))
+        return StagePlan(R, S)
+
+    def free_matches(self, plan: StagePlan) -> bool:
+        """True iff every FREE[t, i, k] equals "i is freed right after k" in the decoded ops."""
+        for t in range(self.profile.size):
+            after, _ = free_points(self.profile, plan, t)
+            freed = {(i, k) for k, nodes in after.items() for i in nodes}
+            for (tt, i, k), var in self.FREE.items():
+                if tt == t and (self.value(var) > 0.5) != ((i, k) in freed):
+                    return False
+        return True
+
+    def memory(self, plan: StagePlan) -> dict[tuple[int, int], int]:
+        return {(t, k): round(self.value(self.U[t, k])) * self.unit for t in range(len(plan.R)) for k in plan.R[t]}
+
+
+def solve_model(
+    profile: GraphProfile,
+    budget: int,
+    time_limit: float,
+    workers: int = DEFAULT_WORKERS,
+    backend: str = BACKEND_CHOICE,
+    hint: StagePlan | None = None,
+) -> ModelResult:
+    """Build and solve Checkmate's MILP for ``budget`` bytes within ``time_limit`` seconds."""
+    start = time.perf_counter()
+    model = _Model(profile, budget, backend)
+    if hint is not None:
+        model.hint(hint)
+    build = time.perf_counter() - start
+    status, bound, seconds = model.solve(time_limit, workers)
+    plan = None
+    objective = None
+    memory = None
+    lower = None
+    matches = None
+    if status in ("optimal", "feasible"):
+        plan = model.plan()
+        objective = plan.cost_ms(profile)
+        memory = model.memory(plan)
+        matches = model.free_matches(plan)
+    if bound is not None:
+        # The objective counts recomputations only (the R[t, t] are fixed); integer costs were
+        # rounded down, so bound / scale is a valid lower bound on the recomputation milliseconds.
+        lower = profile.store_all_compute_ms + bound / model.scale
+    return ModelResult(plan, status, lower, objective, seconds, build, memory, model.count, matches)
+
+
+def minimum_peak(
+    profile: GraphProfile, time_limit: float, workers: int = DEFAULT_WORKERS, hint: StagePlan | None = None
+) -> tuple[int | None, int | None, str]:
+    """The smallest peak (bytes) of any frontier-advancing schedule, by the same model with the
+    objective ``min max U``: (best peak found, proven lower bound, status)."""
+    model = _Model(profile, 0, BACKEND_CHOICE, minimize_peak=True)
+    if hint is not None:
+        model.hint(hint)
+        model.m.AddHint(model.peak, max(plan_memory(profile, hint).values()) // model.unit)
+    status, bound, _ = model.solve(time_limit, workers)
+    best = None
+    if status in ("optimal", "feasible"):
+        best = max(plan_memory(profile, model.plan()).values())
+    lower = None if bound is None else math.ceil(round(bound, 6)) * model.unit
+    return best, lower, status
+
+
+def solve_relaxation(profile: GraphProfile, budget: int, time_limit: float) -> tuple[str, float | None, list[dict]]:
+    """The LP relaxation (GLOP): status, LP value in milliseconds (a lower bound on the ILP optimum
+    when optimal), and the fractional S[t, i] as one dict per stage."""
+    model = _Model(profile, budget, "scip", relax=True)
+    status, bound, _ = model.solve(time_limit, 1)
+    if status != "optimal":
+        return status, None, []
+    fractional = [
+        {i: model.value(model.S[t, i]) for i in range(t) if model.value(model.S[t, i]) > 1e-9}
+        for t in range(profile.size)
+    ]
+    return status, profile.store_all_compute_ms + bound / model.scale, fractional
+
+
+__all__ = ["ModelResult", "solve_model", "solve_relaxation", "BACKENDS", "BACKEND_CHOICE", "minimum_peak"]

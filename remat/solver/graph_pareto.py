@@ -1,0 +1,109 @@
+"""The memory/compute front of a graph profile: many budgets, solved in parallel.
+
+:func:`graph_front` solves each (strategy, budget) pair in a process pool (the ILP is CPU-bound
+Python + C++, so processes, not threads), shows a tqdm progress bar on stderr, and returns one
+:class:`FrontPoint` per solved pair, each with its proven lower bound and gap when the strategy
+gives one. Budgets a strategy cannot meet are left out of the front. Units: bytes, ms, seconds.
+"""
+
+from __future__ import annotations
+
+import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Any
+
+from remat.schedules import GraphProfile, RematError
+from remat.solver.front import FrontPoint
+from remat.solver.graph_baselines import store_all_plan
+from remat.solver.graph_stages import memory_lower_bound, plan_peak
+
+TIME_LIMITED = ("ilp", "lp-rounding")
+
+
+def default_budgets(profile: GraphProfile, count: int = 10) -> list[int]:
+    """``count`` budgets (bytes) evenly spaced from the provable lower bound (the largest node plus
+    its inputs) to the store-all peak, both included."""
+    low = memory_lower_bound(profile)
+    high = plan_peak(profile, store_all_plan(profile))
+    if count <= 1 or high <= low:
+        return [high]
+    return sorted({round(low + (high - low) * k / (count - 1)) for k in range(count)})
+
+
+def _solve_point(profile_dict: dict[str, Any], strategy: str, budget: int, time_limit: float, cp_workers: int):
+    from remat.solver import solve
+
+    profile = GraphProfile.from_dict(profile_dict)
+    options: dict[str, Any] = {}
+    if strategy in TIME_LIMITED:
+        options["time_limit"] = time_limit
+    if strategy == "ilp":
+        options["workers"] = cp_workers
+    try:
+        schedule = solve(profile, budget, strategy, **options)
+    except RematError as error:
+        return strategy, budget, None, str(error)
+    p = schedule.predicted
+    return (
+        strategy,
+        budget,
+        FrontPoint(
+            strategy=strategy,
+            budget=budget,
+            peak_memory=p.peak_memory,
+            compute_ms=p.compute_ms,
+            recompute_ms=p.recompute_ms,
+            checkpoints=None,
+            lower_bound_ms=schedule.extra.get("lower_bound_ms"),
+            gap=schedule.extra.get("gap"),
+        ),
+        None,
+    )
+
+
+def graph_front(
+    profile: GraphProfile,
+    strategies: list[str],
+    budgets: list[int] | None = None,
+    time_limit: float = 60.0,
+    workers: int = 2,
+    progress: bool = True,
+) -> list[FrontPoint]:
+    """Solve every strategy at every budget (bytes; default :func:`default_budgets`) with
+    ``workers`` processes; ``time_limit`` seconds per ILP / LP solve. Returns the points found,
+    sorted by strategy then budget; infeasible (strategy, budget) pairs are omitted."""
+    from remat.solver import get_strategy
+
+    for name in strategies:
+        get_strategy(name, "graph")  # unknown names fail before any work starts
+    budgets = default_budgets(profile) if budgets is None else [int(b) for b in budgets]
+    tasks = [(name, budget) for name in strategies for budget in budgets]
+    workers = max(1, int(workers))
+    # CP-SAT threads per ILP: share the machine between the processes.
+    cp_workers = max(1, 8 // workers)
+    data = profile.to_dict()
+    results = []
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(tasks), desc=f"front {profile.name}", unit="solve", file=sys.stderr)
+    try:
+        if workers == 1:
+            for name, budget in tasks:
+                results.append(_solve_point(data, name, budget, time_limit, cp_workers))
+                if bar:
+                    bar.update()
+        else:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                futures = [pool.submit(_solve_point, data, n, b, time_limit, cp_workers) for n, b in tasks]
+                for future in as_completed(futures):
+                    results.append(future.result())
+                    if bar:
+                        bar.update()
+    finally:
+        if bar:
+            bar.close()
+    points = [point for _, _, point, _ in results if point is not None]
+    order = {name: index for index, name in enumerate(strategies)}
+    return sorted(points, key=lambda p: (order[p.strategy], p.budget))

@@ -1,0 +1,144 @@
+"""``ilp``: Checkmate's MILP (Jain et al. 2020) solved with OR-Tools CP-SAT, warm-started.
+
+Optimal among frontier-advancing schedules (stage t computes node t last, recomputations
+before it in index order; see :mod:`remat.solver.checkmate_model`), which is Checkmate's claim
+too: with the profile's fixed topological order, not over every possible op order.
+
+The solver is warm-started with the cheapest graph baseline that fits (store-all, chen-sqrt,
+chen-greedy), so a time-limited solve always returns a schedule when a baseline fits; the
+schedule's ``extra`` reports ``status`` (optimal / feasible), ``lower_bound_ms`` (proven),
+``gap`` = (compute_ms - lower_bound_ms) / compute_ms, ``solve_seconds`` and the warm start.
+Units: bytes, milliseconds, seconds for the time limit.
+"""
+
+from __future__ import annotations
+
+import os
+
+from remat.schedules import GraphProfile, InfeasibleBudgetError, RematError, Schedule
+from remat.schedules.units import format_size
+from remat.solver.checkmate_model import BACKEND_CHOICE, DEFAULT_WORKERS, minimum_peak, solve_model
+from remat.solver.common import SolverBug, Strategy, make_schedule, require_graph
+from remat.solver.graph_baselines import best_baseline_plan, store_all_plan
+from remat.solver.graph_stages import StagePlan, memory_lower_bound, plan_memory, plan_ops, plan_peak
+
+NAME = "ilp"
+DEFAULT_TIME_LIMIT = 60.0
+
+
+def default_workers() -> int:
+    """CP-SAT search workers: 8 or the core count if larger (more workers than cores still helped:
+    see the measurement in :mod:`remat.solver.checkmate_model`)."""
+    return max(DEFAULT_WORKERS, os.cpu_count() or 1)
+
+
+def infeasible(profile: GraphProfile, budget: int, strategy: str, time_limit: float, workers: int) -> Exception:
+    """The error for a budget no schedule meets, with the smallest feasible budget when the
+    min-peak model proves it within ``time_limit`` seconds, else its best peak and bound."""
+    best, lower, status = minimum_peak(profile, time_limit, workers, hint=store_all_plan(profile))
+    lower = max(lower or 0, memory_lower_bound(profile))
+    if status == "optimal" and best is not None:
+        return InfeasibleBudgetError(strategy, budget, best, "proven by the min-peak ILP")
+    detail = f"proven lower bound {format_size(lower)} ({lower} bytes)"
+    return InfeasibleBudgetError(strategy, budget, best, detail)
+
+
+def solve(
+    profile: GraphProfile, budget: int, time_limit: float = DEFAULT_TIME_LIMIT, workers: int | None = None
+) -> Schedule:
+    """The cheapest frontier-advancing schedule within ``budget`` bytes, or the best found in
+    ``time_limit`` seconds (with its proven lower bound and gap)."""
+    profile = require_graph(profile, NAME)
+    if time_limit is None or not time_limit > 0:
+        raise RematError(f"time_limit: must be a positive number of seconds, got {time_limit!r}")
+    workers = default_workers() if workers is None else int(workers)
+    floor = memory_lower_bound(profile)
+    if budget < floor:
+        raise InfeasibleBudgetError(
+            NAME, budget, floor, "computing some node needs it and all its inputs in memory at once (a lower bound)"
+        )
+    total = profile.store_all_compute_ms
+    warm = best_baseline_plan(profile, budget)
+    if warm is not None and plan_peak(profile, warm[1]) <= budget and warm[1].cost_ms(profile) <= total:
+        # Store-all fits: nothing is recomputed, which no schedule can beat.
+        name, plan = warm
+        return _finish(profile, budget, plan, plan_memory(profile, plan), "optimal", total, 0.0, 0.0, name, None)
+    result = solve_model(profile, budget, time_limit, workers, BACKEND_CHOICE, hint=warm[1] if warm else None)
+    if result.status == "infeasible":
+        raise infeasible(profile, budget, NAME, time_limit, workers)
+    plan, memory, source = result.plan, result.memory, "solver"
+    if plan is not None:
+        if plan_memory(profile, plan) != memory:
+            raise SolverBug(f"{NAME}: the model's U differs from the exact memory of its plan")
+        if not result.free_matches:
+            raise SolverBug(f"{NAME}: the model's FREE differs from where the decoded schedule frees")
+    if warm is not None and (plan is None or warm[1].cost_ms(profile) < plan.cost_ms(profile)):
+        plan, memory, source = warm[1], plan_memory(profile, warm[1]), f"warm start ({warm[0]})"
+    if plan is None:
+        raise RematError(
+            f"strategy '{NAME}' found no schedule for {format_size(budget)} within {time_limit:g} s and no baseline "
+            "fits this budget; try a larger --time-limit or budget"
+        )
+    lower = max(result.lower_bound_ms or 0.0, total)
+    return _finish(
+        profile,
+        budget,
+        plan,
+        memory,
+        result.status if result.status != "unknown" else "feasible",
+        lower,
+        result.solve_seconds,
+        result.build_seconds,
+        warm[0] if warm else None,
+        source,
+        variables=result.variables,
+    )
+
+
+def _finish(
+    profile: GraphProfile,
+    budget: int,
+    plan: StagePlan,
+    memory: dict[tuple[int, int], int],
+    status: str,
+    lower: float,
+    seconds: float,
+    build: float,
+    warm_name: str | None,
+    source: str | None,
+    variables: int | None = None,
+) -> Schedule:
+    cost = plan.cost_ms(profile)
+    lower = min(lower, cost)
+    extra = {
+        "status": status,
+        "lower_bound_ms": lower,
+        "gap": (cost - lower) / cost if cost > 0 else 0.0,
+        "solve_seconds": round(seconds, 3),
+        "build_seconds": round(build, 3),
+        "backend": BACKEND_CHOICE,
+        "warm_start": warm_name,
+    }
+    if source is not None:
+        extra["source"] = source
+    if variables is not None:
+        extra["variables"] = variables
+    return make_schedule(
+        profile,
+        budget,
+        NAME,
+        plan_ops(profile, plan),
+        claimed_compute_ms=cost,
+        claimed_peak_memory=max(memory.values()),
+        extra=extra,
+    )
+
+
+STRATEGY = Strategy(
+    name=NAME,
+    kind="graph",
+    description="Checkmate's MILP on OR-Tools CP-SAT: optimal (or best within --time-limit, with its gap)",
+    solve=solve,
+    options=("time_limit", "workers"),
+    reference="Jain et al. 2020, Checkmate: Breaking the Memory Wall with Optimal Tensor Rematerialization",
+)

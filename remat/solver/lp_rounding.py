@@ -1,0 +1,121 @@
+"""``lp-rounding``: Checkmate's LP relaxation and two-phase rounding (Jain et al. 2020, section 5).
+
+Solve the LP relaxation of the MILP in :mod:`remat.solver.checkmate_model` (OR-Tools GLOP), round
+the fractional S (deterministically at a few thresholds, and randomly with S as probabilities,
+seeded), then recompute the cheapest R for each rounded S (:func:`plan_from_s`: with S fixed,
+every computation it implies is forced). The cheapest rounded schedule within the budget wins.
+The LP value is a proven lower bound on the optimum (``extra["lower_bound_ms"]``, with ``gap``).
+
+Rounding ignores the memory constraint, so a rounded schedule can exceed the budget; Checkmate
+reports the same. If every candidate does, the LP is solved again at 0.9, 0.8 and 0.7 times the
+budget and rounded again (the bound stays the LP value at the real budget). If still none
+fits, the strategy raises :class:`InfeasibleBudgetError` saying so (the budget may well be
+feasible: use ``ilp``). Units: bytes, milliseconds, seconds.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+from remat.schedules import GraphProfile, InfeasibleBudgetError, Schedule
+from remat.schedules.units import format_size
+from remat.solver.checkmate_model import solve_relaxation
+from remat.solver.common import Strategy, make_schedule, require_graph
+from remat.solver.graph_baselines import store_all_plan
+from remat.solver.graph_stages import memory_lower_bound, plan_from_s, plan_ops, plan_peak
+
+NAME = "lp-rounding"
+THRESHOLDS = (0.5, 0.25, 0.1, 0.01, 0.75, 0.9)
+RANDOM_SAMPLES = 16
+SHRINK = (1.0, 0.9, 0.8, 0.7)
+
+
+def solve(profile: GraphProfile, budget: int, time_limit: float = 60.0) -> Schedule:
+    """Round the LP relaxation; the cheapest rounded schedule within ``budget`` bytes."""
+    profile = require_graph(profile, NAME)
+    floor = memory_lower_bound(profile)
+    if budget < floor:
+        raise InfeasibleBudgetError(
+            NAME, budget, floor, "computing some node needs it and all its inputs in memory at once (a lower bound)"
+        )
+    total = profile.store_all_compute_ms
+    base = store_all_plan(profile)
+    if plan_peak(profile, base) <= budget:
+        return _finish(profile, budget, base, total, {"lp_status": "not needed (store-all fits)"})
+    start = time.perf_counter()
+    status, value, fractional = solve_relaxation(profile, budget, time_limit)
+    if status == "infeasible":
+        from remat.solver.ilp import infeasible
+
+        raise infeasible(profile, budget, NAME, min(time_limit, 10.0), 1)
+    if value is None:
+        raise InfeasibleBudgetError(NAME, budget, None, f"the LP relaxation did not solve within {time_limit:g} s")
+    scored: list = []
+    fitting: list = []
+    # Rounding ignores memory, so if nothing fits, round the LP of a smaller budget: its rounded
+    # schedules hold less (the lower bound stays the LP value at the real budget).
+    for factor in SHRINK:
+        if factor < 1.0:
+            shrunk = int(budget * factor)
+            if shrunk < floor:
+                break
+            status_f, _, fractional = solve_relaxation(profile, shrunk, time_limit)
+            if status_f != "optimal":
+                break
+        for how, plan in _roundings(profile, fractional):
+            candidate = (plan.cost_ms(profile), plan_peak(profile, plan), f"{how}, LP at {factor:g} x budget", plan)
+            scored.append(candidate)
+            if candidate[1] <= budget:
+                fitting.append(candidate)
+        if fitting:
+            break
+    lp_seconds = time.perf_counter() - start
+    if not fitting:
+        best_peak = min(c[1] for c in scored)
+        raise InfeasibleBudgetError(
+            NAME,
+            budget,
+            None,
+            f"every rounding of the LP exceeds the budget, the lowest peaks at {format_size(best_peak)} "
+            f"({best_peak} bytes); the budget may still be feasible: try the 'ilp' strategy",
+        )
+    cost, _, how, plan = min(fitting, key=lambda c: (c[0], c[1]))
+    extra = {"lp_status": status, "lp_seconds": round(lp_seconds, 3), "rounding": how}
+    return _finish(profile, budget, plan, min(value, cost), extra)
+
+
+def _roundings(profile: GraphProfile, fractional: list[dict]):
+    """(description, plan) for each deterministic threshold and each seeded random rounding of S."""
+    for threshold in THRESHOLDS:
+        S = [frozenset(i for i, x in stage.items() if x >= threshold - 1e-9) for stage in fractional]
+        yield f"threshold {threshold}", plan_from_s(profile, S)
+    rng = random.Random(0)
+    for sample in range(RANDOM_SAMPLES):
+        S = [frozenset(i for i, x in stage.items() if rng.random() < x) for stage in fractional]
+        yield f"random sample {sample}", plan_from_s(profile, S)
+
+
+def _finish(profile: GraphProfile, budget: int, plan, lower: float, extra: dict) -> Schedule:
+    cost = plan.cost_ms(profile)
+    lower = max(min(lower, cost), 0.0)
+    extra = {"lower_bound_ms": lower, "gap": (cost - lower) / cost if cost > 0 else 0.0, **extra}
+    return make_schedule(
+        profile,
+        budget,
+        NAME,
+        plan_ops(profile, plan),
+        claimed_compute_ms=cost,
+        claimed_peak_memory=plan_peak(profile, plan),
+        extra=extra,
+    )
+
+
+STRATEGY = Strategy(
+    name=NAME,
+    kind="graph",
+    description="Checkmate's LP relaxation + two-phase rounding (fast; may miss tight budgets); LP bound in extra",
+    solve=solve,
+    options=("time_limit",),
+    reference="Jain et al. 2020, Checkmate, section 5 (two-phase rounding)",
+)
