@@ -49,6 +49,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -67,7 +68,7 @@ from torch import nn
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.flop_counter import FlopCounterMode
 
-from remat.executor.memory import memory_meter
+from remat.executor.memory import StorageTracker, memory_meter
 from remat.schedules import GraphNode, GraphProfile, ProfileError
 
 GRAD_OUTPUT_NAME = "grad:output"
@@ -656,6 +657,7 @@ def build_plan(
     grad_inputs: list[tuple[str, ...]] = []
     forward_cost: list[tuple[float, int]] = []
     forward_size: list[int] = []
+    forward_overhead: list[int] = []
     name_to_param = dict(meta_root.named_parameters())
     for piece in pieces:
         gi = tuple(
@@ -667,8 +669,11 @@ def build_plan(
             and meta_values[n].is_floating_point()
         )
         grad_inputs.append(gi)
-        with FlopCounterMode(display=False) as counter:
+        # The tracker counts meta storages as the replay's tracker counts real ones: what the
+        # piece allocates and drops again before it returns is its transient (overhead).
+        with StorageTracker("meta") as tracker, FlopCounterMode(display=False) as counter:
             rec = forward_piece(meta_root, gm, piece, meta_values.__getitem__, consts, gi, track_saved=True)
+        forward_overhead.append(max(0, tracker.peak_bytes - tracker.current_bytes))
         recorded.append(rec)
         held: dict[StorageWeakRef, int] = {}
         for t in rec.saved_held + [v for v in rec.outputs.values() if isinstance(v, torch.Tensor)]:
@@ -712,34 +717,54 @@ def build_plan(
     grads_of: dict[int, dict[str, torch.Tensor]] = {}
     backward_size = [0] * count
     backward_cost: list[tuple[float, int]] = [(0.0, 0)] * count
+    backward_overhead = [0] * count
     seed = torch.ones_like(meta_values[out_arg.name])
+    for param in name_to_param.values():
+        # Gradients exist before the step (as in a training loop after the first step, and as the
+        # replay's measurement prepares them): a backward allocates each parameter's gradient and
+        # adds it in place, a transient the overhead must count.
+        if param.requires_grad:
+            param.grad = torch.zeros_like(param)
     for p in reversed(range(count)):
         if not has_backward[p]:
             continue
         piece = pieces[p]
-        output_grads: dict[str, torch.Tensor] = {}
-        for o in piece.outputs:
-            contributions = [grads_of[c][o] for c in grads_of if o in grads_of[c]]
-            if o == out_arg.name:
-                contributions.append(seed)
-            if contributions:
-                output_grads[o] = contributions[0] if len(contributions) == 1 else sum(contributions)
         params = [name_to_param[n] for n in piece.params if name_to_param[n].requires_grad]
-        with FlopCounterMode(display=False) as counter:
-            in_grads = backward_piece(piece, recorded[p], output_grads, params, grad_inputs[p])
+        with StorageTracker("meta") as tracker:
+            # summed exactly as the replay sums them (GraphReplay._backward), so the same transients
+            output_grads: dict[str, torch.Tensor] = {}
+            for o in piece.outputs:
+                contributions = [grads_of[c][o] for c in sorted(grads_of) if o in grads_of[c]]
+                if o == out_arg.name:
+                    contributions.append(seed)
+                if contributions:
+                    output_grads[o] = functools.reduce(torch.add, contributions)
+            with FlopCounterMode(display=False) as counter:
+                in_grads = backward_piece(piece, recorded[p], output_grads, params, grad_inputs[p])
+            grad_bytes = sum(_dense_nbytes(g) for g in output_grads.values())
+            del output_grads, contributions
+        backward_overhead[p] = max(0, tracker.peak_bytes - tracker.current_bytes)
         grads_of[p] = in_grads
         backward_size[p] = sum(_storage_nbytes(g) for g in in_grads.values())
-        moved = backward_size[p] + forward_size[p] + sum(_dense_nbytes(g) for g in output_grads.values())
+        moved = backward_size[p] + forward_size[p] + grad_bytes
         backward_cost[p] = (float(counter.get_total_flops()), moved)
+    for param in name_to_param.values():
+        param.grad = None
     saved_inputs = [tuple(n for n in pieces[p].inputs if n in recorded[p].saved_slots) for p in range(count)]
     del recorded, grads_of
 
     # The graph.
-    graph_nodes = [GraphNode(f"fwd:{pieces[p].name}", 0.0, forward_size[p], False) for p in range(count)]
-    graph_nodes.append(GraphNode(GRAD_OUTPUT_NAME, 0.0, _dense_nbytes(meta_values[out_arg.name]), True))
+    graph_nodes = [
+        GraphNode(f"fwd:{pieces[p].name}", 0.0, forward_size[p], False, overhead=forward_overhead[p])
+        for p in range(count)
+    ]
+    # The seed comes from the loss, outside the model: the replay cannot compute it a second time.
+    graph_nodes.append(GraphNode(GRAD_OUTPUT_NAME, 0.0, _dense_nbytes(meta_values[out_arg.name]), True, recompute=False))
     for p in reversed(range(count)):
         if has_backward[p]:
-            graph_nodes.append(GraphNode(f"bwd:{pieces[p].name}", 0.0, backward_size[p], True))
+            graph_nodes.append(
+                GraphNode(f"bwd:{pieces[p].name}", 0.0, backward_size[p], True, overhead=backward_overhead[p])
+            )
     edges: set[tuple[int, int]] = set()
     for p, piece in enumerate(pieces):
         for n in piece.inputs:
@@ -813,6 +838,9 @@ def _measure_times(
         if b.is_floating_point():
             b.data = b.data.to(dtype)
     gm.train(model.training)
+    for p in gm.parameters():  # as in the replay's measurement: gradients are accumulated in place
+        if p.requires_grad:
+            p.grad = torch.zeros_like(p)
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         return _measure_forked(plan, gm, inputs, device, dtype, repeats)
@@ -870,11 +898,11 @@ def _measure_forked(
             with memory_meter(device) if round_ == 0 else contextlib.nullcontext() as meter:
                 output_grads: dict[str, torch.Tensor] = {}
                 for o in piece.outputs:
-                    contributions = [grads_of[c][o] for c in grads_of if o in grads_of[c]]
+                    contributions = [grads_of[c][o] for c in sorted(grads_of) if o in grads_of[c]]
                     if o == plan.output_value:
                         contributions.append(seed)
                     if contributions:
-                        output_grads[o] = contributions[0] if len(contributions) == 1 else sum(contributions)
+                        output_grads[o] = functools.reduce(torch.add, contributions)
                 grads_of[p] = backward_piece(
                     piece,
                     recorded[p],
@@ -933,7 +961,9 @@ def graph_plan(
         "platform": platform.platform(),
         "time_source": time_source,
         "sizes": "bytes from shapes on the meta device: forward node = piece outputs + tensors autograd saves "
-        "(excluding inputs, parameters, buffers); backward node = gradients w.r.t. the piece's inputs",
+        "(excluding inputs, parameters, buffers); backward node = gradients w.r.t. the piece's inputs; "
+        "overhead = bytes a node allocates and drops before it returns (meta run; measured mode: the larger "
+        "of that and the device's)",
         "pieces": {f"fwd:{piece.name}": list(piece.nodes) for piece in pieces},
     }
     if time_source == "flops":
@@ -959,13 +989,6 @@ def graph_plan(
             plan, model, inputs, torch_device, torch_dtype, repeats
         )
         metadata["repeats"] = repeats
-        # Not part of the graph model (which has no transient field): the bytes each node needs
-        # above its output while it runs, for a future per-node overhead.
-        transients = {f"fwd:{pieces[p].name}": transient_f[p] for p in range(count)}
-        transients.update(
-            {f"bwd:{pieces[p].name}": transient_b[p] for p in range(count) if plan.backward_node[p] is not None}
-        )
-        metadata["transient_bytes"] = transients
         metadata["time_model"] = "median of measured recording-forward and backward times per piece"
     metadata["flops_forward"] = sum(f for f, _ in forward_cost)
     metadata["flops_backward"] = sum(f for f, _ in backward_cost)
@@ -973,10 +996,15 @@ def graph_plan(
     nodes = list(old.nodes)
     for p in range(count):
         v = plan.forward_node[p]
-        nodes[v] = GraphNode(f"fwd:{pieces[p].name}", fwd_ms[p], nodes[v].size, False)
+        nodes[v] = dataclasses.replace(nodes[v], name=f"fwd:{pieces[p].name}", time_ms=fwd_ms[p])
         b = plan.backward_node[p]
         if b is not None:
-            nodes[b] = GraphNode(f"bwd:{pieces[p].name}", bwd_ms[p], nodes[b].size, True)
+            nodes[b] = dataclasses.replace(nodes[b], name=f"bwd:{pieces[p].name}", time_ms=bwd_ms[p])
+        if time_source == "measured":
+            # the device's own transients (workspaces the meta run cannot see) when they are larger
+            nodes[v] = dataclasses.replace(nodes[v], overhead=max(nodes[v].overhead, transient_f[p]))
+            if b is not None:
+                nodes[b] = dataclasses.replace(nodes[b], overhead=max(nodes[b].overhead, transient_b[p]))
     metadata["structure_sha256"] = _structure_digest(pieces, nodes, old.edges)
     profile = GraphProfile(name=old.name, nodes=tuple(nodes), edges=old.edges, metadata=metadata)
     return dataclasses.replace(plan, pieces=tuple(pieces), profile=profile)

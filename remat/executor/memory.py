@@ -180,7 +180,7 @@ class StorageTracker(TorchDispatchMode):
 
 
 def _storage(tensor: torch.Tensor) -> torch.UntypedStorage | None:
-    if tensor.device.type == "meta" or tensor.is_sparse:
+    if tensor.is_sparse:  # meta tensors have storages (nbytes, no data): a "meta" tracker counts them
         return None
     try:
         return tensor.untyped_storage()

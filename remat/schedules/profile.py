@@ -216,15 +216,32 @@ class ChainProfile:
 
 @dataclass(frozen=True)
 class GraphNode:
-    """One node of the forward+backward DAG: ``size`` bytes of output, ``time_ms`` to compute."""
+    """One node of the forward+backward DAG: ``size`` bytes of output, ``time_ms`` to compute.
+
+    Attributes:
+        overhead: transient bytes live only while the node is computed (an intermediate a fused
+            piece does not keep, gradient temporaries); optional, default 0.
+        recompute: False for a node that cannot be computed a second time in a step (the output
+            gradient handed in by the loss); optional, default True.
+
+    The optional fields are written to JSON only when they differ from their defaults, so a
+    profile without them keeps its digest.
+    """
 
     name: str
     time_ms: float
     size: int
     backward: bool = False
+    overhead: int = 0
+    recompute: bool = True
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "time_ms": self.time_ms, "size": self.size, "backward": self.backward}
+        data: dict[str, Any] = {"name": self.name, "time_ms": self.time_ms, "size": self.size, "backward": self.backward}
+        if self.overhead:
+            data["overhead"] = self.overhead
+        if not self.recompute:
+            data["recompute"] = False
+        return data
 
 
 @dataclass(frozen=True)
@@ -247,12 +264,16 @@ class GraphProfile:
                 raise ProfileError(f"{path}: must be a GraphNode")
             if not isinstance(node.backward, bool):
                 raise ProfileError(f"{path}.backward: must be true or false, got {node.backward!r}")
+            if not isinstance(node.recompute, bool):
+                raise ProfileError(f"{path}.recompute: must be true or false, got {node.recompute!r}")
             nodes.append(
                 GraphNode(
                     name=_check_name(node.name, f"{path}.name"),
                     time_ms=_check_time(node.time_ms, f"{path}.time_ms"),
                     size=_check_size(node.size, f"{path}.size"),
                     backward=node.backward,
+                    overhead=_check_size(node.overhead, f"{path}.overhead"),
+                    recompute=node.recompute,
                 )
             )
         count = len(nodes)
@@ -348,6 +369,8 @@ class GraphProfile:
                     time_ms=_require(raw, "time_ms", path),
                     size=_require(raw, "size", path),
                     backward=raw.get("backward", False),
+                    overhead=raw.get("overhead", 0),
+                    recompute=raw.get("recompute", True),
                 )
             )
         raw_edges = _require(data, "edges", "")

@@ -20,8 +20,9 @@ already held (e.g. ``F_ck i`` twice with no release between) is rejected: it wou
 tensor twice.
 
 Graph: ``compute v`` needs every predecessor's output present and adds v's output; ``free v``
-drops it. Peak is measured right after each compute. Every node is computed at least once, the
-last node last.
+drops it. Peak is measured right after each compute, plus the node's transient ``overhead``
+(bytes live only while it is computed). Every node is computed at least once, the last node
+last; a node with ``recompute`` false is computed exactly once.
 
 Units: bytes and milliseconds.
 """
@@ -188,14 +189,16 @@ def simulate_graph(profile: GraphProfile, ops: Iterable[Op], timeline: bool = Tr
                     )
             if present[v]:
                 raise ScheduleError(f"{label}: node {v} ('{node.name}') is already in memory")
+            if computed[v] and not node.recompute:
+                raise ScheduleError(f"{label}: node {v} ('{node.name}') cannot be recomputed (it is computed once)")
             present[v] = True
             computed[v] = True
             memory += node.size
-            peak_memory = max(peak_memory, memory)
+            op_peak = memory + node.overhead
+            peak_memory = max(peak_memory, op_peak)
             compute_ms += node.time_ms
             runs[v] += 1
             last_compute = v
-            op_peak = memory
         elif op == "free":
             if not present[v]:
                 raise ScheduleError(f"{label}: node {v} ('{node.name}') is not in memory")
