@@ -1,9 +1,17 @@
-"""Predicted vs measured peak activation memory and step time: three models x three budgets.
+"""Predicted vs measured peak activation memory and step time: chain and graph schedules.
 
-For each model: profile it (remat.executor.profiler), solve the ``optimal`` schedule at 100%, 60%
-and 35% of the store-all peak (or the smallest feasible budget, if lower ones are infeasible),
-replay each with RematChain for a few training steps and measure (CUDA: the allocator's
-max_memory_allocated relative to the memory before the step; CPU: remat's StorageTracker).
+Chains: for each model, profile it (remat.executor.profiler), solve the ``optimal`` schedule at
+100%, 60% and 35% of the store-all peak (or the smallest feasible budget, if lower ones are
+infeasible), replay each with RematChain for a few training steps and measure (CUDA: the
+allocator's max_memory_allocated relative to the memory before the step; CPU: remat's
+StorageTracker).
+
+Graphs: for each model, its forward+backward graph (remat.executor.graph_profile, times and
+transients measured on the device), then ``store-all`` at 100% and ``chen-greedy``,
+``lp-rounding`` and ``ilp`` (time-limited, warm-started) at 70% and 50% of the store-all peak
+(a strategy that cannot meet a budget is reported and skipped), each replayed with GraphReplay
+and measured the same way.
+
 Sized to finish in well under 8 minutes on one H100/H200; ``--device cpu`` uses small sizes.
 
     python benchmarks/gpu_validate.py                 # CUDA, large sizes
@@ -26,6 +34,8 @@ from pathlib import Path
 import torch
 
 from remat.executor.chain import as_chain
+from remat.executor.graph_profile import profile_graph
+from remat.executor.graph_replay import GraphReplay, compare_graph
 from remat.executor.measure import compare
 from remat.executor.profiler import profile_chain
 from remat.executor.replay import RematChain
@@ -49,6 +59,7 @@ SIZES = {
     },
 }
 FRACTIONS = (1.0, 0.6, 0.35)
+GRAPH_RUNS = (("store-all", 1.0), *((s, f) for f in (0.7, 0.5) for s in ("chen-greedy", "lp-rounding", "ilp")))
 
 
 def machine() -> dict:
@@ -71,6 +82,48 @@ def solve_at(profile, budget: int):
         return solve(profile, error.min_budget, "optimal")
 
 
+def run_graph(name: str, size: str, device: torch.device, args: argparse.Namespace) -> list[dict]:
+    """Graph schedules of one model: profile its graph, solve, replay, measure (see the docstring)."""
+    kwargs, shape = SIZES[name][size]
+    torch.manual_seed(0)
+    model = getattr(small, name)(**kwargs).to(device).train()
+    x = torch.randn(*shape, device=device)
+    profile = profile_graph(model, example_inputs=x, device=device, time_source="measured", repeats=3)
+    store_all_peak = solve(profile, 2**62, "store-all").predicted.peak_memory
+    rows = []
+    for strategy, fraction in GRAPH_RUNS:
+        budget = int(store_all_peak * fraction)
+        options = {"time_limit": args.ilp_time_limit} if strategy in ("ilp", "lp-rounding") else {}
+        label = f"{name}/{strategy}"
+        try:
+            schedule = solve(profile, budget, strategy, **options)
+        except InfeasibleBudgetError as error:
+            print(f"{label:<28} {fraction:>7.0%}  infeasible: {error}")
+            continue
+        wrapped = GraphReplay(copy.deepcopy(model), schedule, profile)
+        report = compare_graph(profile, schedule, wrapped, [x], steps=args.steps, warmup=1)
+        assert simulate(profile, schedule.ops, timeline=False).peak_memory == report.predicted_peak
+        rows.append(
+            {
+                "kind": "graph",
+                "model": name,
+                "strategy": strategy,
+                "fraction_of_store_all": fraction,
+                "nodes": profile.size,
+                "input_shape": list(shape),
+                "gap": schedule.extra.get("gap"),
+                **{k: v for k, v in report.to_dict().items() if k not in ("timeline", "strategy")},
+            }
+        )
+        print(
+            f"{label:<28} {fraction:>7.0%} {format_size(report.predicted_peak):>11} "
+            f"{format_size(report.measured_peak):>11} {100 * report.peak_error:>+6.2f}% "
+            f"{report.predicted_ms:>9.2f} {report.measured_ms:>9.2f} {100 * report.time_error:>+6.1f}%"
+        )
+        del wrapped
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -78,6 +131,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5, help="measured steps per schedule")
     parser.add_argument("--models", default="cnn,mlp,transformer")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--graph-models", default="cnn,transformer", help="graph replay models ('' for none)")
+    parser.add_argument("--ilp-time-limit", type=float, default=10.0, help="seconds per ILP / LP solve (graphs)")
     parser.add_argument("--out", help="result JSON (default benchmarks/results/gpu_validate[_cpu].json)")
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -107,6 +162,7 @@ def main() -> None:
             report = compare(profile, schedule, wrapped, x, steps=args.steps, warmup=1)
             assert simulate(profile, schedule.ops, timeline=False).peak_memory == report.predicted_peak
             row = {
+                "kind": "chain",
                 "model": name,
                 "fraction_of_store_all": fraction,
                 "budget": schedule.budget,
@@ -122,6 +178,14 @@ def main() -> None:
             )
             del wrapped
         del model, chain, x
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    graph_models = [m for m in args.graph_models.split(",") if m]
+    if graph_models:
+        print("graph schedules (GraphReplay)")
+        print(" ".join(f"{h:<{-w}}" if w < 0 else f"{h:>{w}}" for h, w in zip(header, widths, strict=True)))
+    for name in graph_models:
+        rows.extend(run_graph(name, size, device, args))
         if device.type == "cuda":
             torch.cuda.empty_cache()
     elapsed = time.perf_counter() - started

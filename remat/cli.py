@@ -209,16 +209,22 @@ def _cmd_profile(args: argparse.Namespace) -> int:
             ) from error
         profile = profile_graph(
             model,
-            tuple(x.shape),
+            example_inputs=x,
             device=device,
             dtype=str(x.dtype).replace("torch.", ""),
+            time_source=args.time_source,
             name=name,
             repeats=args.repeats,
         )
-        from remat.schedules import save_profile
+        from remat.schedules import save_profile, simulate
 
         save_profile(profile, args.output)
-        print(f"graph profile: {profile.size} nodes, {len(profile.edges)} edges")
+        store_all = [("compute", v) for v in range(profile.size)]
+        peak = simulate(profile, store_all, timeline=False).peak_memory
+        print(
+            f"graph profile: {profile.size} nodes, {len(profile.edges)} edges; times: {args.time_source}; "
+            f"store-all peak {format_size(peak)} ({peak} bytes); device {profile.metadata['device']}"
+        )
         print(f"wrote {args.output}")
         return 0
     from remat.executor.profiler import profile_chain
@@ -243,16 +249,15 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 def _cmd_execute(args: argparse.Namespace) -> int:
     from remat.executor.chain import as_chain
     from remat.executor.loading import build, parse_dtype, parse_shape, resolve_device
-    from remat.executor.measure import compare, plot_comparison
+    from remat.executor.measure import compare
     from remat.executor.profiler import profile_chain
     from remat.executor.replay import RematChain
-    from remat.schedules import write_json
 
     schedule = load_schedule(args.schedule)
-    if schedule.kind != "chain":
-        raise RematError("--schedule: 'remat execute' replays chain schedules; this one is a graph schedule")
     if args.steps < 1:
         raise RematError("--steps: must be at least 1")
+    if schedule.kind != "chain":
+        return _execute_graph(args, schedule)
     device = resolve_device(args.device)
     model, x = build(args.model, parse_shape(args.input_shape), device, parse_dtype(args.dtype))
     chain = as_chain(model)
@@ -266,6 +271,13 @@ def _cmd_execute(args: argparse.Namespace) -> int:
         print("no --profile given: profiling the model for the prediction", file=sys.stderr)
         profile = profile_chain(chain, x, repeats=5, progress=True)
     report = compare(profile, schedule, wrapped, x, steps=args.steps)
+    return _print_report(report, args)
+
+
+def _print_report(report, args: argparse.Namespace) -> int:
+    from remat.executor.measure import plot_comparison
+    from remat.schedules import write_json
+
     print(report.table())
     if args.json:
         write_json(report.to_dict(), args.json)
@@ -274,6 +286,36 @@ def _cmd_execute(args: argparse.Namespace) -> int:
         plot_comparison(report, args.plot)
         print(f"wrote {args.plot}")
     return 0
+
+
+def _execute_graph(args: argparse.Namespace, schedule) -> int:
+    """``remat execute`` for a graph schedule: the graph replay (remat.executor.graph_replay)."""
+    from remat.executor.graph_profile import profile_graph
+    from remat.executor.graph_replay import GraphReplay, compare_graph
+    from remat.executor.loading import build, parse_dtype, parse_shape, resolve_device
+    from remat.schedules import GraphProfile
+
+    device = resolve_device(args.device)
+    model, x = build(args.model, parse_shape(args.input_shape), device, parse_dtype(args.dtype))
+    if args.profile:
+        profile = load_profile(args.profile)
+        if not isinstance(profile, GraphProfile):
+            raise RematError("--profile: a graph schedule needs the graph profile it was solved for")
+        wrapped = GraphReplay(model, schedule, profile)
+    else:
+        print("no --profile given: profiling the model's graph for the prediction", file=sys.stderr)
+        profile = profile_graph(
+            model,
+            example_inputs=x,
+            device=device,
+            dtype=str(x.dtype).replace("torch.", ""),
+            time_source="measured",
+            name=schedule.profile,
+            repeats=5,
+        )
+        wrapped = GraphReplay(model, schedule.ops, profile)  # checks the ops against the model's graph
+    report = compare_graph(profile, schedule, wrapped, [x], steps=args.steps)
+    return _print_report(report, args)
 
 
 def _add_model_args(command: argparse.ArgumentParser) -> None:
@@ -371,6 +413,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(profile_cmd)
     profile_cmd.add_argument("--graph", action="store_true", help="write a graph profile (op-level DAG) instead")
     profile_cmd.add_argument("--repeats", type=int, default=5, help="timed runs per stage (median; default 5)")
+    profile_cmd.add_argument(
+        "--time-source",
+        choices=("measured", "flops"),
+        default="measured",
+        help="--graph: node times measured on the device (default) or estimated from FLOPs",
+    )
     profile_cmd.add_argument("--name", help="profile name (default: factory-bBATCH-device)")
     profile_cmd.add_argument("-o", "--output", required=True, help="write the profile JSON here")
     profile_cmd.set_defaults(func=_cmd_profile)
@@ -383,7 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--schedule s.json --profile cnn.json",
     )
     _add_model_args(execute_cmd)
-    execute_cmd.add_argument("--schedule", required=True, help="chain schedule (JSON)")
+    execute_cmd.add_argument("--schedule", required=True, help="chain or graph schedule (JSON)")
     execute_cmd.add_argument("--profile", help="the profile the schedule was solved for (default: profile now)")
     execute_cmd.add_argument("--steps", type=int, default=3, help="measured steps (default 3)")
     execute_cmd.add_argument("--json", help="write the report JSON here")
