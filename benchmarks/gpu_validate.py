@@ -28,20 +28,24 @@ import datetime as dt
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
 import torch
 
-from remat.executor.chain import as_chain
-from remat.executor.graph_profile import profile_graph
-from remat.executor.graph_replay import GraphReplay, compare_graph
-from remat.executor.measure import compare
-from remat.executor.profiler import profile_chain
-from remat.executor.replay import RematChain
-from remat.executor.zoo import small
-from remat.schedules import InfeasibleBudgetError, format_size, simulate
-from remat.solver import solve
+# this checkout's remat, not an installed one (python benchmarks/gpu_validate.py from any directory)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from remat.executor.chain import as_chain  # noqa: E402
+from remat.executor.graph_profile import profile_graph  # noqa: E402
+from remat.executor.graph_replay import GraphReplay, compare_graph  # noqa: E402
+from remat.executor.measure import compare  # noqa: E402
+from remat.executor.profiler import profile_chain  # noqa: E402
+from remat.executor.replay import RematChain  # noqa: E402
+from remat.executor.zoo import small  # noqa: E402
+from remat.schedules import InfeasibleBudgetError, format_size, simulate  # noqa: E402
+from remat.solver import solve  # noqa: E402
 
 SIZES = {
     # model: {size: (factory kwargs, input shape)}
