@@ -32,12 +32,19 @@ Graph (DESIGN.md's graph model: one size per node, edge ``[u, v]`` = v reads u's
       consumer c that produces a gradient for one of p's outputs (the contributions are summed).
 
 So the simulator's memory after each op equals the bytes of tensors the replay holds at that
-point (outputs, saved tensors, gradients). Not modelled: transients inside a piece (the
-intermediate of a fused op that autograd does not save, gradient temporaries inside a
-backward), the model input (owned by the caller), parameters and their gradients.
+point (outputs, saved tensors, gradients). Each node's ``overhead`` is its transient: the bytes
+it allocates and drops before it returns (the intermediate of a fused op that autograd does not
+save, e.g. BatchNorm's output before an in-place-free ReLU; the sum of several gradient
+contributions; gradient temporaries; one parameter gradient before it is added in place), so
+the simulator's peak of a compute is the replay's peak too. The seed ``grad:output`` has
+``recompute`` false: it comes from the loss, outside the model, so no schedule may compute it
+twice. Not modelled: the model input (owned by the caller), parameters and their gradients.
 
 Sizes come from shapes only: the traced model is copied to the ``meta`` device and each piece is
-run there under the same saved-tensor hooks the replay uses, so no real compute happens. Times
+run there under the same saved-tensor hooks the replay uses, so no real compute happens; the
+overheads come from the same run, counted by :class:`remat.executor.memory.StorageTracker` on
+meta storages exactly as the replay's measurement counts real ones (``time_source="measured"``
+takes the larger of that and the device's own transient, which includes allocator workspaces). Times
 are estimated from FLOPs (``torch.utils.flop_counter``) plus bytes moved, at a stated rate, or
 measured on the device at the profiled shape (``time_source="measured"``); the metadata says which.
 
@@ -759,7 +766,8 @@ def build_plan(
         for p in range(count)
     ]
     # The seed comes from the loss, outside the model: the replay cannot compute it a second time.
-    graph_nodes.append(GraphNode(GRAD_OUTPUT_NAME, 0.0, _dense_nbytes(meta_values[out_arg.name]), True, recompute=False))
+    seed_size = _dense_nbytes(meta_values[out_arg.name])
+    graph_nodes.append(GraphNode(GRAD_OUTPUT_NAME, 0.0, seed_size, True, recompute=False))
     for p in reversed(range(count)):
         if has_backward[p]:
             graph_nodes.append(

@@ -224,9 +224,10 @@ class _Step:
         elif kind == "backward":
             del self.bwd[p]
         elif position < self.owner.last_seed_compute:
-            # The schedule computes the seed again later, but it cannot be recomputed (it comes
-            # from the loss, outside the model): its bytes stay alive until then, which the
-            # simulator does not count (the profile gives the seed no recompute cost).
+            # Only for profiles made before the seed was marked ``recompute: false`` (the
+            # simulator now refuses a second compute of it): the schedule computes the seed again
+            # later, but it cannot be recomputed (it comes from the loss, outside the model), so
+            # its bytes stay alive until then, which such a profile does not count.
             self.kept_seed, self.seed = self.seed, None
         else:
             self.seed = None

@@ -236,7 +236,8 @@ class GraphNode:
     recompute: bool = True
 
     def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"name": self.name, "time_ms": self.time_ms, "size": self.size, "backward": self.backward}
+        data: dict[str, Any] = {"name": self.name, "time_ms": self.time_ms, "size": self.size}
+        data["backward"] = self.backward
         if self.overhead:
             data["overhead"] = self.overhead
         if not self.recompute:
