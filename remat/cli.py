@@ -149,7 +149,8 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
     for name, group in by_strategy.items():
         least = min(group, key=lambda p: p.peak_memory)
         overhead = overhead_percent(least.compute_ms, store_all_ms)
-        print(f"{name:<14} {len(group):>6}  {format_size(least.peak_memory):>14}  {least.compute_ms:>9.2f} ms +{overhead:.0f}%")
+        size = format_size(least.peak_memory)
+        print(f"{name:<14} {len(group):>6}  {size:>14}  {least.compute_ms:>9.2f} ms +{overhead:.0f}%")
     for label, point in marks.items():
         overhead = overhead_percent(point.compute_ms, store_all_ms)
         print(f"{label}: {format_size(point.peak_memory)}, {point.compute_ms:.2f} ms (+{overhead:.1f}%)")

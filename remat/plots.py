@@ -80,8 +80,16 @@ def plot_front(
             ax.plot(xs, ys, ".", color=color, markersize=3, zorder=3)
         else:
             ax.plot(
-                xs, ys, linestyle="-", linewidth=0.8, marker=next(markers), markersize=5,
-                color=next(colors), alpha=0.85, label=name, zorder=2,
+                xs,
+                ys,
+                linestyle="-",
+                linewidth=0.8,
+                marker=next(markers),
+                markersize=5,
+                color=next(colors),
+                alpha=0.85,
+                label=name,
+                zorder=2,
             )
     merged: dict[tuple[int, float], list[str]] = {}
     for label, point in (marks or {}).items():

@@ -7,6 +7,7 @@ import inspect
 import math
 import random
 import sys
+from itertools import pairwise
 from math import comb
 
 import numpy as np
@@ -42,7 +43,7 @@ def hetero_chain(n: int, seed: int) -> ChainProfile:
 def test_schedules_are_valid_within_budget_and_claims_match(seed):
     profile = hetero_chain(25, seed)
     peak = store_all_peak(profile)
-    low = minimum_budget(profile)
+    low = minimum_budget(profile, slots=200)
     for fraction in (0.0, 0.1, 0.3, 0.6, 0.9):
         budget = int(low + fraction * (peak - low))
         schedule = solve(profile, budget, "optimal", slots=200)
@@ -82,7 +83,7 @@ def test_front_is_monotone_and_spans_minimum_to_store_all():
     peaks = [p.peak_memory for p in front]
     times = [p.compute_ms for p in front]
     assert peaks == sorted(peaks) and len(set(peaks)) == len(peaks)
-    assert all(a > b for a, b in zip(times, times[1:]))
+    assert all(a > b for a, b in pairwise(times))
     assert front[-1].peak_memory == store_all_peak(profile)
     assert math.isclose(front[-1].compute_ms, profile.store_all_compute_ms)
     assert front[0].peak_memory <= minimum_budget(profile, slots=300)
@@ -194,3 +195,18 @@ def test_identical_stages_never_worse_than_the_revolve_strategy():
                 continue
             ours = solve(profile, budget, "optimal", slots=budget - 1)
             assert ours.predicted.compute_ms <= theirs.predicted.compute_ms + 1e-9
+
+
+def test_front_summaries_equal_the_full_plans():
+    """optimal_front's memoized per-segment summaries give the same time, peak and checkpoint
+    count as reading each schedule back op by op (which the simulator checks above)."""
+    from remat.solver.optimal import front_summaries
+
+    profile = hetero_chain(30, 9)
+    table = table_for(profile, store_all_peak(profile) - profile.input_size, 150)
+    levels = [k for k in range(table.slots + 1) if math.isfinite(table.top[k])]
+    for k, summary in zip(levels, front_summaries(profile, table, levels), strict=True):
+        full = plan(profile, table, k)
+        assert summary.peak_memory == full.peak_memory
+        assert summary.checkpoints == full.checkpoints
+        assert math.isclose(summary.compute_ms, full.compute_ms, rel_tol=1e-9)

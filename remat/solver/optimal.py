@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from remat.schedules import ChainProfile, InfeasibleBudgetError, Op, RematError, Schedule
@@ -148,6 +149,103 @@ def plan(profile: ChainProfile, table: Table, k: int) -> Plan:
     return Plan(tuple(ops), compute, peak, max_a)
 
 
+@dataclass(frozen=True)
+class _Summary:
+    """What one segment's schedule does, relative to the memory held when it starts (bytes, ms)."""
+
+    time: float
+    peak: int  # largest op peak minus the memory held at the start
+    delta: int  # memory held at the end minus at the start
+    a_peak: int  # most extra a[i] held at once
+    a_delta: int
+
+
+def front_summaries(profile: ChainProfile, table: Table, levels: Iterable[int]) -> list[Plan]:
+    """:func:`plan` for many levels at once, without op lists: each (segment, level, form) is
+    summarized once and reused by every level whose schedule contains it (iterative, memoized).
+
+    Returns Plans with empty ``ops``; the tests check them against :func:`plan` and the simulator.
+    """
+    n = profile.length
+    st = profile.stages
+    sizes = table.sizes
+    act = sizes.act
+    saved_slots = sizes.saved_slots.tolist()
+    act_slots = sizes.act_slots.tolist()
+    g_slots = sizes.g_slots.tolist()
+    memo: dict[tuple[int, int, int, bool], _Summary] = {}
+
+    def children(key):
+        s, t, k, holds_a = key
+        d = table.decision(s, t, k)
+        if d < 0:
+            raise AssertionError(f"optimal: table has no decision for segment [{s}, {t}) at {k} slots")
+        if d == 0:
+            return d, [(s + 1, t, k - saved_slots[s], False)] if s + 1 < t else []
+        left_k = min(table.slots, k + g_slots[t] - act_slots[d])
+        return d, [(d, t, k - act_slots[d], True), (s, d, left_k, holds_a)]
+
+    def combine(key, d, subs):
+        s, t, _, holds_a = key
+        if d == 0:
+            stage = st[s]
+            time = stage.forward_ms + stage.backward_ms
+            peak = stage.saved_size + stage.forward_overhead
+            held = stage.saved_size
+            a_peak = a_held = 0
+            if subs:
+                sub = subs[0]
+                time += sub.time
+                peak = max(peak, held + sub.peak)
+                a_peak = max(a_peak, sub.a_peak)
+                held += sub.delta
+                a_held += sub.a_delta
+            if s == n - 1:
+                held += act[n]
+            peak = max(peak, held + act[s] + stage.backward_overhead)
+            held += act[s] - stage.saved_size - act[s + 1]
+            if holds_a and s != 0:
+                held -= act[s]
+                a_held -= 1
+            return _Summary(time, peak, held, a_peak, a_held)
+        j = d
+        time = 0.0
+        peak = held = 0
+        for i in range(s, j):
+            stage = st[i]
+            peak = max(peak, held + act[i + 1] + stage.forward_overhead)
+            held += act[i + 1] - (act[i] if i > s else 0)
+            time += stage.forward_ms
+        a_held = a_peak = 1
+        for sub in subs:
+            time += sub.time
+            peak = max(peak, held + sub.peak)
+            a_peak = max(a_peak, a_held + sub.a_peak)
+            held += sub.delta
+            a_held += sub.a_delta
+        return _Summary(time, peak, held, a_peak, a_held)
+
+    plans = []
+    for level in levels:
+        root = (0, n, level, True)
+        stack = [root]
+        while stack:
+            key = stack[-1]
+            if key in memo:
+                stack.pop()
+                continue
+            d, kids = children(key)
+            missing = [kid for kid in kids if kid not in memo]
+            if missing:
+                stack.extend(missing)
+                continue
+            stack.pop()
+            memo[key] = combine(key, d, [memo[kid] for kid in kids])
+        top = memo[root]
+        plans.append(Plan((), top.time, act[0] + top.peak, top.a_peak))
+    return plans
+
+
 def _store_all_schedule(profile: ChainProfile, budget: int) -> Schedule:
     return make_schedule(
         profile,
@@ -174,12 +272,18 @@ def _first_feasible(table: Table) -> int | None:
 
 
 def minimum_budget(profile: ChainProfile, slots: int = DEFAULT_SLOTS) -> int:
-    """Smallest budget (bytes) at which :func:`solve` returns a schedule with these slots."""
+    """Smallest budget (bytes) at which :func:`solve` is known to return a schedule with these
+    slots: the peak of the front table's least-memory schedule when solving at that peak works
+    (checked), else the budget of that table level (which works by construction)."""
     table, slot = _front_table(profile, slots)
     k = _first_feasible(table)
     if k is None:
         return store_all_peak(profile)
-    return min(profile.input_size + k * slot, store_all_peak(profile))
+    level_budget = min(profile.input_size + k * slot, store_all_peak(profile))
+    peak = plan(profile, table, k).peak_memory
+    if peak < level_budget and _attempt(profile, peak, slots) is not None:
+        return peak
+    return level_budget
 
 
 def _schedule_from(profile: ChainProfile, budget: int, table: Table, k: int, slots: int) -> Schedule:
@@ -212,17 +316,26 @@ def solve(profile: ChainProfile, budget: int, slots: int = DEFAULT_SLOTS) -> Sch
     _check_slots(slots)
     if budget >= store_all_peak(profile):
         return _store_all_schedule(profile, budget)
+    schedule = _attempt(profile, budget, slots)
+    if schedule is None:
+        raise InfeasibleBudgetError(NAME, budget, minimum_budget(profile, slots), f"at {slots} slots")
+    return schedule
+
+
+def _attempt(profile: ChainProfile, budget: int, slots: int) -> Schedule | None:
+    """The schedule for ``budget`` from its own table, else from the front table, else None."""
     free = budget - profile.input_size
-    if free >= 0:
-        table = table_for(profile, max(1, free), slots)
-        k = min(table.slots, free // table.sizes.slot)
-        if math.isfinite(table.top[k]):
-            return _schedule_from(profile, budget, table, k, slots)
-        front_table, slot = _front_table(profile, slots)
-        k = min(front_table.slots, free // slot)
-        if math.isfinite(front_table.top[k]):
-            return _schedule_from(profile, budget, front_table, k, slots)
-    raise InfeasibleBudgetError(NAME, budget, minimum_budget(profile, slots), f"at {slots} slots")
+    if free < 0:
+        return None
+    table = table_for(profile, max(1, free), slots)
+    k = min(table.slots, free // table.sizes.slot)
+    if math.isfinite(table.top[k]):
+        return _schedule_from(profile, budget, table, k, slots)
+    front_table, slot = _front_table(profile, slots)
+    k = min(front_table.slots, free // slot)
+    if math.isfinite(front_table.top[k]):
+        return _schedule_from(profile, budget, front_table, k, slots)
+    return None
 
 
 def optimal_front(profile: ChainProfile, slots: int = DEFAULT_SLOTS, progress: bool = False) -> list[FrontPoint]:
@@ -249,8 +362,7 @@ def optimal_front(profile: ChainProfile, slots: int = DEFAULT_SLOTS, progress: b
 
         iterator = tqdm(levels, desc="optimal front", unit="level", leave=False)
     points = []
-    for k in iterator:
-        chosen = plan(profile, table, k)
+    for k, chosen in zip(levels, front_summaries(profile, table, iterator), strict=True):
         base = profile.store_all_compute_ms
         points.append(
             FrontPoint(
@@ -263,9 +375,7 @@ def optimal_front(profile: ChainProfile, slots: int = DEFAULT_SLOTS, progress: b
             )
         )
     peak_all = store_all_peak(profile)
-    points.append(
-        FrontPoint(NAME, peak_all, peak_all, profile.store_all_compute_ms, 0.0, checkpoints=0)
-    )
+    points.append(FrontPoint(NAME, peak_all, peak_all, profile.store_all_compute_ms, 0.0, checkpoints=0))
     return pareto_filter(points)
 
 
