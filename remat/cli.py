@@ -54,7 +54,7 @@ def _cmd_solve(args: argparse.Namespace) -> int:
 
     profile = load_profile(args.profile)
     budget = parse_budget(args.budget, profile)
-    options = {name: getattr(args, name, None) for name in ("segments", "slots", "time_limit")}
+    options = {name: getattr(args, name, None) for name in ("segments", "checkpoints", "slots", "time_limit")}
     schedule = solve(profile, budget, args.strategy, **options)
     check_schedule(profile, schedule)
     predicted = schedule.predicted
@@ -101,6 +101,12 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
         plot_timeline(profile, schedule, result, args.plot)
         print(f"wrote {args.plot}")
+    if result.peak_memory > schedule.budget:
+        print(
+            f"remat: error: peak {result.peak_memory} bytes exceeds the schedule's budget {schedule.budget} bytes",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -148,11 +154,11 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
     print(f"{'strategy':<14} {'points':>6}  {'least memory':>14}  {'its step time':>16}")
     for name, group in by_strategy.items():
         least = min(group, key=lambda p: p.peak_memory)
-        overhead = overhead_percent(least.compute_ms, store_all_ms)
+        overhead = max(0.0, overhead_percent(least.compute_ms, store_all_ms))
         size = format_size(least.peak_memory)
         print(f"{name:<14} {len(group):>6}  {size:>14}  {least.compute_ms:>9.2f} ms +{overhead:.0f}%")
     for label, point in marks.items():
-        overhead = overhead_percent(point.compute_ms, store_all_ms)
+        overhead = max(0.0, overhead_percent(point.compute_ms, store_all_ms))
         print(f"{label}: {format_size(point.peak_memory)}, {point.compute_ms:.2f} ms (+{overhead:.1f}%)")
     if args.csv:
         write_front_csv(points, args.csv)
@@ -209,6 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--strategy", default="store-all", help="strategy name (see 'remat strategies'; default store-all)"
     )
     solve.add_argument("--segments", type=int, help="sequential: force this many segments")
+    solve.add_argument(
+        "--checkpoints", type=int, help="revolve: force this many checkpoint slots (the input's included)"
+    )
     solve.add_argument("--slots", type=int, help="optimal: memory discretization levels (default 500)")
     solve.add_argument("-o", "--output", help="write the schedule JSON here")
     solve.set_defaults(func=_cmd_solve)

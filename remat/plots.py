@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 
 from remat.schedules import Schedule, SimulationResult, format_size
@@ -26,7 +27,7 @@ def plot_timeline(profile, schedule: Schedule, result: SimulationResult, path: s
         f"{profile.name}: {schedule.strategy}, peak {format_size(result.peak_memory)}, "
         f"+{result.recompute_ms:.1f} ms recompute"
     )
-    ax.legend(loc="upper right", fontsize=8)
+    ax.legend(loc="best", fontsize=8, framealpha=0.8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)
@@ -103,13 +104,35 @@ def plot_front(
             f"{' = '.join(labels)}\n{format_size(peak)}, {y:.1f} ms",
             (x, y),
             textcoords="offset points",
-            xytext=(-10, 14) if right_half else (12, -6),
+            xytext=(-10, 14) if right_half else (12, 12),
             ha="right" if right_half else "left",
-            va="bottom" if right_half else "top",
+            va="bottom",
             fontsize=8,
             bbox={"boxstyle": "round,pad=0.2", "fc": "white", "alpha": 0.85, "lw": 0.5},
             zorder=5,
         )
+    # Keep the front readable: a baseline far slower than the front (recompute-all) is drawn on
+    # the top edge with its time written next to it instead of squashing the front.
+    front_times = [p.compute_ms for name, pts in by_strategy.items() if name == "optimal" for p in pts]
+    reference_top = max(front_times) if front_times else max(p.compute_ms for p in all_points)
+    low_y = min(min(p.compute_ms for p in all_points), store_all_ms if store_all_ms > 0 else math.inf)
+    top_y = reference_top + 1.0 * max(reference_top - low_y, 0.05 * reference_top)
+    off_scale = [(name, p) for name, pts in by_strategy.items() for p in pts if p.compute_ms > top_y]
+    if off_scale:
+        ax.set_ylim(low_y - 0.05 * (top_y - low_y), top_y)
+        for index, (name, point) in enumerate(off_scale):
+            x = point.peak_memory / scale
+            ax.annotate(
+                f"↑ {name} at {format_size(point.peak_memory)}: {point.compute_ms:.0f} ms (off scale)",
+                (x, top_y),
+                textcoords="offset points",
+                xytext=(4, -4 - 10 * index),
+                ha="left",
+                va="top",
+                fontsize=7,
+                color="dimgray",
+                annotation_clip=False,
+            )
     if max(peaks) / max(1, min(peaks)) > 20:
         ax.set_xscale("log")
     ax.set_xlabel(f"peak memory ({unit})")

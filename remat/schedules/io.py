@@ -10,6 +10,7 @@ from typing import Any
 from remat.schedules.errors import ProfileError, RematError, ScheduleError
 from remat.schedules.profile import CHAIN_FORMAT, GRAPH_FORMAT, ChainProfile, GraphProfile
 from remat.schedules.schedule import SCHEDULE_FORMAT, Schedule
+from remat.schedules.schema import validate
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:
@@ -23,6 +24,8 @@ def read_json(path: str | os.PathLike[str]) -> Any:
         raise RematError(f"{path}: is a directory, not a JSON file") from None
     except OSError as error:
         raise RematError(f"{path}: cannot read ({error.strerror})") from None
+    except UnicodeDecodeError:
+        raise RematError(f"{path}: not valid JSON (not UTF-8 text)") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
@@ -30,11 +33,15 @@ def read_json(path: str | os.PathLike[str]) -> Any:
 
 
 def write_json(data: Any, path: str | os.PathLike[str]) -> None:
-    """Write JSON (indented, trailing newline), creating parent folders."""
+    """Write JSON (indented, trailing newline), creating parent folders; OS errors become one line."""
     path = Path(path)
-    if path.parent and not path.parent.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
+    text = json.dumps(data, indent=1, allow_nan=False) + "\n"
+    try:
+        if path.parent and not path.parent.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as error:
+        raise RematError(f"{path}: cannot write ({error.strerror or error})") from None
 
 
 def profile_from_dict(data: Any) -> ChainProfile | GraphProfile:
@@ -42,10 +49,12 @@ def profile_from_dict(data: Any) -> ChainProfile | GraphProfile:
     if not isinstance(data, dict):
         raise ProfileError(f"profile: must be a JSON object, got {type(data).__name__}")
     fmt = data.get("format")
-    if fmt == CHAIN_FORMAT:
-        return ChainProfile.from_dict(data)
-    if fmt == GRAPH_FORMAT:
-        return GraphProfile.from_dict(data)
+    if fmt in (CHAIN_FORMAT, GRAPH_FORMAT):
+        profile = (ChainProfile if fmt == CHAIN_FORMAT else GraphProfile).from_dict(data)
+        # The dataclass checks above give the most specific messages; the schema is the
+        # published contract, and every accepted file must satisfy it too.
+        validate(data, fmt, ProfileError)
+        return profile
     if fmt is None:
         raise ProfileError("format: missing required field")
     raise ProfileError(f"format: expected '{CHAIN_FORMAT}' or '{GRAPH_FORMAT}', got {fmt!r}")
@@ -70,7 +79,9 @@ def load_schedule(path: str | os.PathLike[str]) -> Schedule:
     if isinstance(data, dict) and data.get("format") not in (SCHEDULE_FORMAT, None) and "ops" not in data:
         raise ScheduleError(f"{path}: format: expected '{SCHEDULE_FORMAT}', got {data.get('format')!r}")
     try:
-        return Schedule.from_dict(data)
+        schedule = Schedule.from_dict(data)
+        validate(data, SCHEDULE_FORMAT, ScheduleError)
+        return schedule
     except ScheduleError as error:
         raise ScheduleError(f"{path}: {error}") from None
 

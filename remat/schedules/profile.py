@@ -63,6 +63,10 @@ def _check_metadata(value: Any, path: str) -> dict[str, Any]:
         return {}
     if not isinstance(value, Mapping):
         raise ProfileError(f"{path}: must be a JSON object")
+    try:  # the profile's digest serializes it: refuse what JSON cannot hold (NaN, Infinity, objects)
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise ProfileError(f"{path}: must hold plain JSON values ({error})") from None
     return dict(value)
 
 

@@ -95,6 +95,11 @@ class Schedule:
                 raise ScheduleError(f"predicted.{key}: missing required field")
             if isinstance(predicted[key], bool) or not isinstance(predicted[key], (int, float)):
                 raise ScheduleError(f"predicted.{key}: must be a number, got {predicted[key]!r}")
+        if not float(predicted["peak_memory"]).is_integer() or predicted["peak_memory"] < 0:
+            raise ScheduleError(
+                "predicted.peak_memory: must be a non-negative integer number of bytes, "
+                f"got {predicted['peak_memory']!r}"
+            )
         known = {"format", "profile", "profile_sha256", "strategy", "budget", "ops", "predicted"}
         return cls(
             profile=str(data["profile"]),

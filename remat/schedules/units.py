@@ -46,7 +46,10 @@ def parse_size(text: str | int, reference: int | None = None) -> int:
             raise RematError(f"size '{raw}': '{raw[:-1]}' is not a number") from None
         if not math.isfinite(percent) or percent < 0:
             raise RematError(f"size '{raw}': percentage must be non-negative")
-        return int(math.floor(reference * percent / 100.0))
+        value = reference * percent / 100.0
+        if not math.isfinite(value):
+            raise RematError(f"size '{raw}': too large")
+        return int(math.floor(value))
     match = _SIZE.match(raw)
     if not match:
         raise RematError(f"size '{raw}': expected bytes, a unit like 6GiB or 500MB, or a percentage like 40%")
@@ -54,7 +57,10 @@ def parse_size(text: str | int, reference: int | None = None) -> int:
     factor = _UNITS.get(unit.upper())
     if factor is None:
         raise RematError(f"size '{raw}': unknown unit '{unit}' (use B, KB, MB, GB, KiB, MiB, GiB)")
-    return int(math.floor(float(number) * factor))
+    value = float(number) * factor
+    if not math.isfinite(value):
+        raise RematError(f"size '{raw}': too large")
+    return int(math.floor(value))
 
 
 def format_size(size: float) -> str:

@@ -8,10 +8,18 @@ from __future__ import annotations
 from typing import Any
 
 from remat.schedules import ChainProfile, GraphProfile, RematError, Schedule
-from remat.solver import optimal, store_all
+from remat.solver import chen_greedy, chen_sqrt, optimal, recompute_all, revolve, sequential, store_all
 from remat.solver.common import Strategy
 
-_ALL: tuple[Strategy, ...] = (store_all.STRATEGY, optimal.STRATEGY)
+_ALL: tuple[Strategy, ...] = (
+    store_all.STRATEGY,
+    recompute_all.STRATEGY,
+    sequential.STRATEGY,
+    chen_sqrt.STRATEGY,
+    chen_greedy.STRATEGY,
+    revolve.STRATEGY,
+    optimal.STRATEGY,
+)
 
 STRATEGIES: dict[tuple[str, str], Strategy] = {(s.kind, s.name): s for s in _ALL}
 

@@ -1,0 +1,126 @@
+"""``revolve``: Griewank-Walther binomial checkpointing (Griewank 1992; Griewank & Walther 2000,
+"Algorithm 799: revolve").
+
+Classic setting: reverse a chain of ``l`` steps holding at most ``c`` checkpoints (states a_i)
+at once, the input's included, besides the one working state being advanced. Reversing step i
+("adjoint step") needs the state a_i; it runs the step once more, recorded, then its backward.
+Revolve minimises the number of *forward steps* (advances that only move a state along) and
+needs, with ``r`` the smallest integer such that ``C(c + r, c) >= l``::
+
+    t(l, c) = r * l - C(c + r, r - 1)
+
+forward steps (every stage is counted alike, whatever its time or size).
+
+In DESIGN.md's ops, a checkpoint is an ``a[i]`` item; advancing from a checkpoint ``a[s]`` by m
+steps is ``F_ck s, F_n s+1, ..., F_n s+m-1`` (keeps ``a[s]``, ends holding ``a[s+m]``, nothing in
+between); an adjoint step is ``F_all i, B i`` (``B i`` also releases the checkpoint ``a[i]``). So
+the schedule has exactly ``t(l, c)`` ``F_ck``/``F_n`` ops and ``l`` ``F_all`` ops. The schedule is
+the binomial recursion, not a search: to reverse stages ``[s, e)`` from checkpoint ``a[s]`` with
+``c`` slots, advance by m, reverse ``[s+m, e)`` with ``c-1`` slots, then ``[s, s+m)`` with ``c``;
+with one slot, walk forward from ``a[s]`` before each adjoint step. The split m is the smallest of
+the optimal ones, ``max(C(c+r-2, c), l - C(c+r-1, c-1))`` (Griewank & Walther 2000, Prop. 1,
+whose range of optimal splits the tests check against the DP).
+
+Which ``c``: with ``checkpoints=c`` that c is used; with only a budget every c from 1 to n-1 (beyond
+that the schedule no longer changes) is built and simulated, and the largest c whose schedule
+fits is returned: the fewest forward steps that fit. On identical stages this is revolve's
+optimum for that memory. On heterogeneous chains it is not optimal in time or memory: the
+checkpoint positions count steps, not milliseconds or bytes, so a stage with a big output may
+become a checkpoint where a cheaper neighbour would do, and a larger c can even peak lower or
+higher than a smaller one (hence every c is simulated). Revolve's model also never keeps a
+recorded forward from the first sweep, so even with unlimited slots it does ``l - 1`` extra
+forwards over store-all. When no c fits, the error states the smallest peak over all c.
+"""
+
+from __future__ import annotations
+
+from math import comb
+
+from remat.schedules import ChainProfile, InfeasibleBudgetError, Op, RematError, Schedule, simulate
+from remat.solver.common import Strategy, make_schedule, require_chain
+
+NAME = "revolve"
+
+
+def _beta(c: int, r: int) -> int:
+    """Longest chain reversible with c checkpoints and at most r evaluations of any step: C(c+r, c)."""
+    return comb(c + r, c) if r >= 0 else 0
+
+
+def repetitions(length: int, slots: int) -> int:
+    """The smallest r with C(slots + r, slots) >= length."""
+    r = 0
+    while _beta(slots, r) < length:
+        r += 1
+    return r
+
+
+def split(length: int, slots: int) -> int:
+    """How many steps to advance before placing the next checkpoint (``length >= 2``, ``slots >= 2``)."""
+    r = repetitions(length, slots)
+    return max(1, _beta(slots, r - 2), length - _beta(slots - 1, r))
+
+
+def revolve_ops(length: int, slots: int) -> list[Op]:
+    """Binomial checkpointing ops for a chain of ``length`` stages with ``slots`` checkpoints (a[0] included)."""
+    if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+        raise RematError(f"slots: must be a positive integer (a[0] takes one slot), got {slots!r}")
+    ops: list[Op] = []
+
+    def advance(start: int, stop: int) -> None:
+        ops.append(("F_ck", start))
+        ops.extend(("F_n", i) for i in range(start + 1, stop))
+
+    def reverse(start: int, end: int, c: int) -> None:
+        # Invariant: a_start is held (a[start]), g[end] is available; reverse stages start .. end-1.
+        # Recursion depth is at most c (the right part gets one slot fewer); the left part loops.
+        while end - start > 1 and c > 1:
+            m = split(end - start, c)
+            advance(start, start + m)
+            reverse(start + m, end, c - 1)
+            end = start + m
+        for i in reversed(range(start, end)):
+            if i > start:
+                advance(start, i)
+            ops.append(("F_all", i))
+            ops.append(("B", i))
+
+    reverse(0, length, slots)
+    return ops
+
+
+def forward_steps(ops: list[Op]) -> int:
+    """Number of advances (``F_ck`` and ``F_n`` ops): revolve's cost measure."""
+    return sum(1 for name, _ in ops if name in ("F_ck", "F_n"))
+
+
+def solve(profile: ChainProfile, budget: int, checkpoints: int | None = None) -> Schedule:
+    """Binomial checkpointing with ``checkpoints`` slots (a[0] included), or the largest count that fits
+    ``budget`` bytes. (The option is not called ``slots``: that name is the DP's memory discretization.)"""
+    slots = checkpoints
+    profile = require_chain(profile, NAME)
+    n = profile.length
+    choices = [slots] if slots is not None else list(range(1, max(1, n - 1) + 1))
+    chosen: tuple[int, list[Op]] | None = None
+    min_peak: int | None = None
+    for c in choices:
+        ops = revolve_ops(n, c)
+        peak = simulate(profile, ops, timeline=False).peak_memory
+        min_peak = peak if min_peak is None else min(min_peak, peak)
+        if peak <= budget:
+            chosen = (c, ops)  # choices ascend, so the last fit is the largest c
+    if chosen is None:
+        detail = f"with {slots} slots" if slots is not None else f"over every slot count 1..{choices[-1]}"
+        raise InfeasibleBudgetError(NAME, budget, min_peak, detail)
+    c, ops = chosen
+    return make_schedule(profile, budget, NAME, ops, extra={"checkpoints": c, "forward_steps": forward_steps(ops)})
+
+
+STRATEGY = Strategy(
+    name=NAME,
+    kind="chain",
+    description="Griewank-Walther binomial checkpointing: fewest forward steps for c slots (c from the budget)",
+    solve=solve,
+    options=("checkpoints",),
+    reference="Griewank & Walther 2000, Algorithm 799: revolve, ACM TOMS 26(1)",
+)
