@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from remat.schedules import ChainProfile, InfeasibleBudgetError, Op, RematError, Schedule
 from remat.solver.common import Strategy, make_schedule, require_chain
 from remat.solver.front import FrontPoint
-from remat.solver.optimal_table import Table, build_table, slot_size
+from remat.solver.optimal_table import INFEASIBLE, STORE_ALL, Table, build_table, slot_size
 from remat.solver.store_all import store_all_ops, store_all_peak
 
 NAME = "optimal"
@@ -89,7 +89,7 @@ def plan(profile: ChainProfile, table: Table, k: int) -> Plan:
     st = profile.stages
     sizes = table.sizes
     act = sizes.act
-    if table.decision(0, n, k) < 0:
+    if table.decision(0, n, k) == INFEASIBLE:
         raise ValueError(f"no schedule in the table at {k} slots")
     ops: list[Op] = []
     held = act[0]
@@ -105,9 +105,13 @@ def plan(profile: ChainProfile, table: Table, k: int) -> Plan:
         if kind == "seg":
             _, s, t, kk, holds_a = item
             d = table.decision(s, t, kk)
-            if d < 0:
+            if d == INFEASIBLE:
                 raise AssertionError(f"optimal: table has no decision for segment [{s}, {t}) at {kk} slots")
-            if d == 0:
+            if d == STORE_ALL:
+                stack.append(("B", s, holds_a))
+                stack.extend(("B", i, False) for i in range(s + 1, t))
+                stack.extend(("F", "F_all", i) for i in range(t - 1, s - 1, -1))
+            elif d == 0:
                 stack.append(("B", s, holds_a))
                 if s + 1 < t:
                     stack.append(("seg", s + 1, t, kk - int(sizes.saved_slots[s]), False))
@@ -178,8 +182,10 @@ def front_summaries(profile: ChainProfile, table: Table, levels: Iterable[int]) 
     def children(key):
         s, t, k, holds_a = key
         d = table.decision(s, t, k)
-        if d < 0:
+        if d == INFEASIBLE:
             raise AssertionError(f"optimal: table has no decision for segment [{s}, {t}) at {k} slots")
+        if d == STORE_ALL:
+            return d, []
         if d == 0:
             return d, [(s + 1, t, k - saved_slots[s], False)] if s + 1 < t else []
         left_k = min(table.slots, k + g_slots[t] - act_slots[d])
@@ -187,6 +193,25 @@ def front_summaries(profile: ChainProfile, table: Table, levels: Iterable[int]) 
 
     def combine(key, d, subs):
         s, t, _, holds_a = key
+        if d == STORE_ALL:
+            time = 0.0
+            peak = held = 0
+            for i in range(s, t):
+                stage = st[i]
+                peak = max(peak, held + stage.saved_size + stage.forward_overhead)
+                held += stage.saved_size
+                time += stage.forward_ms + stage.backward_ms
+            for i in range(t - 1, s - 1, -1):
+                stage = st[i]
+                if i == n - 1:
+                    held += act[n]
+                peak = max(peak, held + act[i] + stage.backward_overhead)
+                held += act[i] - stage.saved_size - act[i + 1]
+            a_held = 0
+            if holds_a and s != 0:
+                held -= act[s]
+                a_held = -1
+            return _Summary(time, peak, held, 0, a_held)
         if d == 0:
             stage = st[s]
             time = stage.forward_ms + stage.backward_ms

@@ -36,6 +36,12 @@ Nothing else can start a persistent segment: ``a_s`` must stay until ``B s``, so
 on stage s is ``F_all s`` or ``F_ck s``; after ``F_ck s`` the chain of ``F_n`` up to the next
 kept activation ``a[j]`` is forced; ``B s`` needs ``abar[s+1]``, i.e. a final ``F_all s``.
 
+Store-all shortcut: recording the whole segment (``F_all s .. t-1``, ``B t-1 .. s``) is option 1 all
+the way down and takes the least possible time ``SA(s, t) = sum f_i + b_i``. It needs
+``X(s, t) = max(sv_s + fo_s, sv_s + X(s+1, t), sv_s + a_{s+1} - g'_t + a_s + bo_s)`` bytes free
+(``X(t, t) = 0``), counted exactly; so ``C(s, t, k) = SA(s, t)`` for ``k >= ceil(X(s, t) / S)``
+(decision ``STORE_ALL``), which also spares the rounding of each ``sv_i`` separately.
+
 Discretization: memory is counted in slots of ``S`` bytes; ``k`` slots means "at least ``k*S``
 bytes free". Every requirement (a sum of bytes) is rounded up, every subtraction from the free
 memory is rounded up and the one addition (``g'_t``) rounded down, so every schedule the table
@@ -46,8 +52,10 @@ from ``s+1`` up; all ``k`` and all ``j`` of a segment at once with numpy. ``C(j,
 for all ``j`` is one slice of the per-``t`` array ``col[t]`` stored pre-shifted by ``A_j`` (the
 slots of ``a_j``), and ``C(s, j, k + G_t - A_j)`` one slice of the per-``s`` array ``row``
 pre-shifted by ``A_j``. For each segment only ``k`` in ``[lo, hi)`` is computed: below ``lo``
-it is infeasible, from ``hi`` on the whole segment can be recorded (store-all of the segment,
-the least possible time) -- both bounds follow from the same recurrence in O(L) per segment.
+it is infeasible, from ``hi = ceil(X(s, t) / S)`` on it is store-all -- both bounds follow from
+the recurrence in O(L) per segment. Split points ``j`` are taken in blocks, and a block is only
+evaluated at the levels where ``SA(s, t) + F(s, j)`` (a lower bound on any split at j) is still
+below the best found: an exact pruning.
 """
 
 from __future__ import annotations
@@ -60,6 +68,8 @@ import numpy as np
 from remat.schedules import ChainProfile
 
 INF = np.float32(np.inf)
+INFEASIBLE = -1  # decision: no schedule for this segment at this level
+STORE_ALL = -2  # decision: record the whole segment (F_all s .. t-1, then B t-1 .. s)
 _BLOCK = 96  # candidates j per numpy step: small enough for the bound to prune, large enough to vectorize
 
 
@@ -157,12 +167,15 @@ class Table:
     decisions: dict[tuple[int, int], np.ndarray]
 
     def decision(self, s: int, t: int, k: int) -> int:
-        """0 to record stage s, or j to checkpoint a[j]; -1 if (s, t, k) is infeasible."""
+        """0 to record stage s, j to checkpoint a[j], STORE_ALL to record the whole segment;
+        -1 if (s, t, k) is infeasible."""
         lo = int(self.lo[s, t])
         if k < lo:
             return -1
-        if k >= self.hi[s, t] or t == s + 1:
+        if t == s + 1:
             return 0
+        if k >= self.hi[s, t]:
+            return STORE_ALL
         return int(self.decisions[(s, t)][k - lo])
 
 
@@ -199,6 +212,12 @@ def build_table(profile: ChainProfile, slot: int, slots: int) -> Table:
     G_list = G.tolist()
     SV_list = SV.tolist()
     width_all = W + gmax
+    # x_bytes[s][t]: bytes of free memory the store-all schedule of segment [s, t) needs
+    x_bytes = [[0] * (n + 1) for _ in range(n + 1)]
+    act = sizes.act
+    rec_fwd = sizes.record_bytes[:, 0].tolist()  # sv_s + fo_s
+    rec_bwd = sizes.record_bytes[:, 1].tolist()  # sv_s + a_{s+1} + a_s + bo_s
+    stage_fo = [st.forward_overhead for st in profile.stages]
     for s in range(n - 1, -1, -1):
         # row[k', j] = C(s, j, k' - A_j) + F(s, j), k' up to K + gmax, where F(s, j) is the time
         # of F_ck s, F_n s+1 .. F_n j-1. Values past K clamp to C(s, j, K): using less memory
@@ -214,8 +233,9 @@ def build_table(profile: ChainProfile, slot: int, slots: int) -> Table:
         fwd_req_list = fwd_req.tolist()
         fsum = (fcum - fcum[s]).tolist()
         lo_row = lo[s]
+        x_row = x_bytes[s]
+        x_next = x_bytes[s + 1]
         lo_next = lo[s + 1].tolist()
-        hi_next = hi[s + 1].tolist()
         fb_s = np.float32(f[s] + b[s])
         a_s = A_list[s]
         sv_s = SV_list[s]
@@ -223,14 +243,21 @@ def build_table(profile: ChainProfile, slot: int, slots: int) -> Table:
             req1 = record_requirement(sizes, s, t, n)
             seg_all = fb_cum[t] - fb_cum[s]
             lo1 = max(req1, sv_s + lo_next[t])
-            hi_st = max(req1, sv_s + hi_next[t])
+            # store-all of the segment needs x bytes free, counted exactly then rounded up once
+            x = max(
+                int(rec_fwd[s]),
+                int(rec_fwd[s]) - stage_fo[s] + x_next[t],
+                int(rec_bwd[s]) - (act[t] if t < n else 0),
+            )
+            x_row[t] = x
+            hi_st = _ceil_div(x, slot)
             g_t = G_list[t]
             if t > s + 1:
                 aj = A[s + 1 : t]
                 lo2 = np.maximum(np.maximum(fwd_req[s + 1 : t], aj + lo[s + 1 : t, t]), lo_row[s + 1 : t] + (aj - g_t))
-                lo_st = min(lo1, int(lo2.min()))
+                lo_st = min(lo1, int(lo2.min()), hi_st)
             else:
-                lo_st = lo1
+                lo_st = min(lo1, hi_st)
             lo_row[t] = lo_st
             hi[s, t] = hi_st
             start = min(lo_st, W)
