@@ -92,25 +92,6 @@ def plot_front(
                 label=name,
                 zorder=2,
             )
-    merged: dict[tuple[int, float], list[str]] = {}
-    for label, point in (marks or {}).items():
-        merged.setdefault((point.peak_memory, point.compute_ms), []).append(label)
-    x_low, x_high = min(peaks), max(peaks)
-    for (peak, y), labels in merged.items():
-        x = peak / scale
-        right_half = (peak - x_low) > 0.5 * (x_high - x_low)
-        ax.plot([x], [y], marker="*", markersize=14, color="gold", markeredgecolor="black", zorder=4)
-        ax.annotate(
-            f"{' = '.join(labels)}\n{format_size(peak)}, {y:.1f} ms",
-            (x, y),
-            textcoords="offset points",
-            xytext=(-10, 14) if right_half else (12, 12),
-            ha="right" if right_half else "left",
-            va="bottom",
-            fontsize=8,
-            bbox={"boxstyle": "round,pad=0.2", "fc": "white", "alpha": 0.85, "lw": 0.5},
-            zorder=5,
-        )
     # Keep the front readable: a baseline far slower than the front (recompute-all) is drawn on
     # the top edge with its time written next to it instead of squashing the front.
     front_times = [p.compute_ms for name, pts in by_strategy.items() if name == "optimal" for p in pts]
@@ -133,6 +114,28 @@ def plot_front(
                 color="dimgray",
                 annotation_clip=False,
             )
+    merged: dict[tuple[int, float], list[str]] = {}
+    for label, point in (marks or {}).items():
+        merged.setdefault((point.peak_memory, point.compute_ms), []).append(label)
+    x_low, x_high = min(peaks), max(peaks)
+    y_bottom, y_top = ax.get_ylim()
+    y_mid = 0.5 * (y_bottom + y_top)
+    for (peak, y), labels in merged.items():
+        x = peak / scale
+        right_half = (peak - x_low) > 0.5 * (x_high - x_low)
+        upper_half = y > y_mid
+        ax.plot([x], [y], marker="*", markersize=14, color="gold", markeredgecolor="black", zorder=4)
+        ax.annotate(
+            f"{' = '.join(labels)}\n{format_size(peak)}, {y:.1f} ms",
+            (x, y),
+            textcoords="offset points",
+            xytext=(-10 if right_half else 12, -12 if upper_half else 12),
+            ha="right" if right_half else "left",
+            va="top" if upper_half else "bottom",
+            fontsize=8,
+            bbox={"boxstyle": "round,pad=0.2", "fc": "white", "alpha": 0.85, "lw": 0.5},
+            zorder=5,
+        )
     if max(peaks) / max(1, min(peaks)) > 20:
         ax.set_xscale("log")
     ax.set_xlabel(f"peak memory ({unit})")
