@@ -218,6 +218,7 @@ def build_table(profile: ChainProfile, slot: int, slots: int) -> Table:
     rec_fwd = sizes.record_bytes[:, 0].tolist()  # sv_s + fo_s
     rec_bwd = sizes.record_bytes[:, 1].tolist()  # sv_s + a_{s+1} + a_s + bo_s
     stage_fo = [st.forward_overhead for st in profile.stages]
+    fb_list = fb_cum.tolist()
     for s in range(n - 1, -1, -1):
         # row[k', j] = C(s, j, k' - A_j) + F(s, j), k' up to K + gmax, where F(s, j) is the time
         # of F_ck s, F_n s+1 .. F_n j-1. Values past K clamp to C(s, j, K): using less memory
@@ -237,20 +238,23 @@ def build_table(profile: ChainProfile, slot: int, slots: int) -> Table:
         x_next = x_bytes[s + 1]
         lo_next = lo[s + 1].tolist()
         fb_s = np.float32(f[s] + b[s])
+        fb_s_cum = fb_list[s]
+        rec_fwd_s = rec_fwd[s]
+        rec_bwd_s = rec_bwd[s]
+        req_fwd_s = max(0, -(-rec_fwd_s // slot))
+        saved_s = rec_fwd_s - stage_fo[s]
         a_s = A_list[s]
         sv_s = SV_list[s]
         for t in range(s + 1, n + 1):
-            req1 = record_requirement(sizes, s, t, n)
-            seg_all = fb_cum[t] - fb_cum[s]
+            g_bytes = act[t] if t < n else 0
+            # record_requirement(sizes, s, t, n), inlined: this loop runs n^2/2 times
+            req1 = max(req_fwd_s, -(-(rec_bwd_s - g_bytes) // slot))
+            seg_all = fb_list[t] - fb_s_cum
             lo1 = max(req1, sv_s + lo_next[t])
             # store-all of the segment needs x bytes free, counted exactly then rounded up once
-            x = max(
-                int(rec_fwd[s]),
-                int(rec_fwd[s]) - stage_fo[s] + x_next[t],
-                int(rec_bwd[s]) - (act[t] if t < n else 0),
-            )
+            x = max(rec_fwd_s, saved_s + x_next[t], rec_bwd_s - g_bytes)
             x_row[t] = x
-            hi_st = _ceil_div(x, slot)
+            hi_st = -(-x // slot)
             g_t = G_list[t]
             if t > s + 1:
                 aj = A[s + 1 : t]
