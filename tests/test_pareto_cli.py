@@ -131,3 +131,19 @@ def test_checkpoint_count_and_sweep_helpers():
     assert chain_checkpoints(ops) == 2  # a[2] and a[3] held together
     budgets = budget_sweep(100, 10_000, 7)
     assert budgets[0] == 100 and budgets[-1] == 10_000 and budgets == sorted(set(budgets))
+
+
+def test_solve_optimal_with_slots(tmp_path, capsys):
+    from remat.schedules import check_schedule, load_schedule
+
+    profile = chain(10)
+    path = tmp_path / "chain.json"
+    save_profile(profile, path)
+    out = tmp_path / "schedule.json"
+    assert main(["solve", str(path), "--budget", "60%", "--strategy", "optimal", "--slots", "100", "-o", str(out)]) == 0
+    schedule = load_schedule(out)
+    assert schedule.strategy == "optimal" and schedule.extra["slots"] == 100
+    check_schedule(profile, schedule)
+    assert main(["solve", str(path), "--budget", "60%", "--strategy", "optimal", "--slots", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("remat: error:") and "slots" in err and "\n" not in err
