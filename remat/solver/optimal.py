@@ -55,7 +55,7 @@ class Plan:
 
 
 _CACHE: OrderedDict[tuple[str, int, int], Table] = OrderedDict()
-_CACHE_SIZE = 4
+_CACHE_SIZE = 2  # a 1000-stage table holds ~100-300 MB of decisions
 
 
 def _check_slots(slots: object) -> None:
@@ -65,7 +65,7 @@ def _check_slots(slots: object) -> None:
 
 def table_for(profile: ChainProfile, free_bytes: int, slots: int = DEFAULT_SLOTS) -> Table:
     """The DP table covering ``free_bytes`` of free memory (budget minus the input a_0) in
-    ``slots`` slots; cached for the last few (profile, slot size, slots)."""
+    ``slots`` slots; cached for the last two (profile, slot size, slots)."""
     _check_slots(slots)
     slot = slot_size(free_bytes, slots)
     levels = min(slots, free_bytes // slot)
