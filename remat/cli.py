@@ -188,6 +188,95 @@ def _cmd_strategies(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_profile(args: argparse.Namespace) -> int:
+    from remat.executor.loading import build, parse_dtype, parse_shape, resolve_device
+
+    device = resolve_device(args.device)
+    model, x = build(args.model, parse_shape(args.input_shape), device, parse_dtype(args.dtype))
+    name = args.name or f"{args.model.split(':')[-1]}-b{x.shape[0]}-{device.type}"
+    if args.graph:
+        try:
+            from remat.executor.graph_profile import profile_graph
+        except ImportError as error:
+            raise RematError(
+                "--graph: the graph profiler (remat.executor.graph_profile) is not available in this build"
+            ) from error
+        profile = profile_graph(
+            model,
+            tuple(x.shape),
+            device=device,
+            dtype=str(x.dtype).replace("torch.", ""),
+            name=name,
+            repeats=args.repeats,
+        )
+        from remat.schedules import save_profile
+
+        save_profile(profile, args.output)
+        print(f"graph profile: {profile.size} nodes, {len(profile.edges)} edges")
+        print(f"wrote {args.output}")
+        return 0
+    from remat.executor.profiler import profile_chain
+    from remat.schedules import save_profile
+
+    profile = profile_chain(model, x, name=name, repeats=args.repeats, progress=True)
+    save_profile(profile, args.output)
+    width = max(len(s.name) for s in profile.stages)
+    header = ("fwd ms", "bwd ms", "output", "saved", "fwd tmp", "bwd tmp")
+    print(f"{'stage':<{width}}  " + "  ".join(f"{h:>{8 if 'ms' in h else 10}}" for h in header))
+    for s in profile.stages:
+        print(
+            f"{s.name:<{width}}  {s.forward_ms:>8.3f}  {s.backward_ms:>8.3f}  {format_size(s.output_size):>10}  "
+            f"{format_size(s.saved_size):>10}  {format_size(s.forward_overhead):>10}  "
+            f"{format_size(s.backward_overhead):>10}"
+        )
+    print(f"input {format_size(profile.input_size)}; {profile.length} stages; device {profile.metadata['device']}")
+    print(f"wrote {args.output}")
+    return 0
+
+
+def _cmd_execute(args: argparse.Namespace) -> int:
+    from remat.executor.chain import as_chain
+    from remat.executor.loading import build, parse_dtype, parse_shape, resolve_device
+    from remat.executor.measure import compare, plot_comparison
+    from remat.executor.profiler import profile_chain
+    from remat.executor.replay import RematChain
+    from remat.schedules import write_json
+
+    schedule = load_schedule(args.schedule)
+    if schedule.kind != "chain":
+        raise RematError("--schedule: 'remat execute' replays chain schedules; this one is a graph schedule")
+    if args.steps < 1:
+        raise RematError("--steps: must be at least 1")
+    device = resolve_device(args.device)
+    model, x = build(args.model, parse_shape(args.input_shape), device, parse_dtype(args.dtype))
+    chain = as_chain(model)
+    if args.profile:
+        profile = load_profile(args.profile)
+        if not isinstance(profile, ChainProfile):
+            raise RematError("--profile: 'remat execute' needs a chain profile")
+        wrapped = RematChain(chain, schedule, profile)
+    else:
+        wrapped = RematChain(chain, schedule.ops)  # checks the stage count before profiling
+        print("no --profile given: profiling the model for the prediction", file=sys.stderr)
+        profile = profile_chain(chain, x, repeats=5, progress=True)
+    report = compare(profile, schedule, wrapped, x, steps=args.steps)
+    print(report.table())
+    if args.json:
+        write_json(report.to_dict(), args.json)
+        print(f"wrote {args.json}")
+    if args.plot:
+        plot_comparison(report, args.plot)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def _add_model_args(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--model", required=True, help="model factory as package.module:factory")
+    command.add_argument("--input-shape", required=True, help="input shape, e.g. 32,3,224,224 (first is the batch)")
+    command.add_argument("--device", help="cuda or cpu (default: cuda when available)")
+    command.add_argument("--dtype", default="float32", help="float32 (default), float16, bfloat16, float64")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="remat",
@@ -263,6 +352,34 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="example: remat strategies",
     )
     strategies.set_defaults(func=_cmd_strategies)
+
+    profile_cmd = sub.add_parser(
+        "profile",
+        help="measure a PyTorch model into a chain (or --graph) profile",
+        description="Run MODEL on a random input and write its per-stage times and memory as a profile.",
+        epilog="example: remat profile --model remat.executor.zoo.small:cnn --input-shape 8,3,32,32 -o cnn.json",
+    )
+    _add_model_args(profile_cmd)
+    profile_cmd.add_argument("--graph", action="store_true", help="write a graph profile (op-level DAG) instead")
+    profile_cmd.add_argument("--repeats", type=int, default=5, help="timed runs per stage (median; default 5)")
+    profile_cmd.add_argument("--name", help="profile name (default: factory-bBATCH-device)")
+    profile_cmd.add_argument("-o", "--output", required=True, help="write the profile JSON here")
+    profile_cmd.set_defaults(func=_cmd_profile)
+
+    execute_cmd = sub.add_parser(
+        "execute",
+        help="train a model with a schedule; print predicted vs measured memory and time",
+        description="Replay SCHEDULE as training steps of MODEL and compare with the simulator's prediction.",
+        epilog="example: remat execute --model remat.executor.zoo.small:cnn --input-shape 8,3,32,32 "
+        "--schedule s.json --profile cnn.json",
+    )
+    _add_model_args(execute_cmd)
+    execute_cmd.add_argument("--schedule", required=True, help="chain schedule (JSON)")
+    execute_cmd.add_argument("--profile", help="the profile the schedule was solved for (default: profile now)")
+    execute_cmd.add_argument("--steps", type=int, default=3, help="measured steps (default 3)")
+    execute_cmd.add_argument("--json", help="write the report JSON here")
+    execute_cmd.add_argument("--plot", help="draw predicted and measured memory per op into this PNG")
+    execute_cmd.set_defaults(func=_cmd_execute)
     return parser
 
 

@@ -1,0 +1,183 @@
+"""Step time of remat's optimal schedule vs torch.utils.checkpoint.checkpoint_sequential, at equal memory.
+
+For every segment count s of ``checkpoint_sequential`` we measure its peak activation memory (CPU:
+remat's StorageTracker, CUDA: the allocator; simulator accounting: input included, parameters and
+their pre-allocated gradients excluded) and its step time. Then remat solves the ``optimal`` schedule
+with that measured peak as its budget, replays it with RematChain, and measures the same two numbers.
+Times are medians of interleaved steps (remat and checkpoint_sequential alternate, so machine noise
+hits both alike). Ratios are checkpoint_sequential time / remat time in the same run.
+
+    python benchmarks/executor_overhead.py [--model cnn|mlp|transformer] [--steps 7] [--device cpu]
+
+Writes benchmarks/results/executor_overhead.json (with the machine it ran on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from torch.utils.checkpoint import checkpoint_sequential
+
+from remat.executor.chain import as_chain
+from remat.executor.measure import _prepare_grads
+from remat.executor.memory import allocation_size, memory_meter, untracked
+from remat.executor.profiler import profile_chain
+from remat.executor.replay import RematChain
+from remat.executor.zoo import small
+from remat.schedules import InfeasibleBudgetError, format_size
+from remat.solver import solve
+
+MODELS = {
+    # name: (factory kwargs, input shape) - sized for a few seconds per step configuration on 2 CPU cores
+    "cnn": (dict(widths=(16, 32, 64), blocks=3), (16, 3, 32, 32)),
+    "mlp": (dict(depth=16, width=512, in_features=512), (128, 512)),
+    "transformer": (dict(in_features=64, dim=64, depth=8, heads=4, dropout=0.0), (8, 64, 64)),
+}
+
+
+def machine() -> dict:
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def one_step(forward, params_owner, x, weight) -> None:
+    _prepare_grads(params_owner)
+    out = forward(x)
+    loss = (out * weight).sum()
+    del out
+    loss.backward()
+
+
+def peak_of(forward, params_owner, x, weight, device) -> int:
+    """Peak activation bytes of one step (simulator accounting: + the input)."""
+    one_step(forward, params_owner, x, weight)  # warm-up
+    _prepare_grads(params_owner)
+    with memory_meter(device) as meter:
+        out = forward(x)
+        loss = (out * weight).sum()
+        del out
+        loss.backward()
+        peak = meter.peak_bytes
+    return peak + allocation_size(x.untyped_storage().nbytes(), device)
+
+
+def timed(forward, params_owner, x, weight, device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    begin = time.perf_counter()
+    one_step(forward, params_owner, x, weight)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return (time.perf_counter() - begin) * 1000.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=sorted(MODELS), default="cnn")
+    parser.add_argument("--steps", type=int, default=7, help="timed steps per configuration (median)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads (default 1: steadier on a shared CPU)"
+    )
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "executor_overhead.json"))
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    kwargs, shape = MODELS[args.model]
+    torch.manual_seed(0)
+    model = getattr(small, args.model)(**kwargs).to(device).train()
+    chain = as_chain(model)
+    seq = torch.nn.Sequential(*chain.stages)
+    n = len(chain)
+    x = torch.randn(*shape, device=device)
+    with untracked():
+        weight = torch.randn_like(chain(x))
+    profile = profile_chain(chain, x, repeats=5, warmup=2)
+    print(
+        f"{args.model}: {n} stages, input {tuple(shape)}, {device}; "
+        f"profiled store-all step {profile.store_all_compute_ms:.1f} ms"
+    )
+
+    rows = []
+    columns = ("ckpt peak", "ckpt ms", "remat peak", "pred peak", "remat ms", "ckpt/remat")
+    header = f"{'segments':>8}  " + "  ".join(f"{c:>{8 if c.endswith('ms') else 10}}" for c in columns)
+    print(header)
+    for segments in sorted({1, 2, 3, 4, 6, 8, n} & set(range(1, n + 1))):
+
+        def ckpt_forward(inp, segments=segments):
+            return checkpoint_sequential(seq, segments, inp, use_reentrant=False)
+
+        ckpt_peak = peak_of(ckpt_forward, seq, x, weight, device)
+        try:
+            schedule = solve(profile, ckpt_peak, "optimal")
+        except InfeasibleBudgetError as error:
+            rows.append({"segments": segments, "ckpt_peak": ckpt_peak, "remat": None, "note": str(error)})
+            print(f"{segments:>8}  {format_size(ckpt_peak):>10}  optimal infeasible at this budget")
+            continue
+        wrapped = RematChain(chain, schedule, profile)
+        remat_peak = peak_of(wrapped, wrapped, x, weight, device)
+        ckpt_times, remat_times = [], []
+        for _ in range(args.steps):  # interleaved
+            ckpt_times.append(timed(ckpt_forward, seq, x, weight, device))
+            remat_times.append(timed(wrapped, wrapped, x, weight, device))
+        ckpt_ms, remat_ms = statistics.median(ckpt_times), statistics.median(remat_times)
+        row = {
+            "segments": segments,
+            "ckpt_peak": ckpt_peak,
+            "ckpt_ms": ckpt_ms,
+            "remat_budget": ckpt_peak,
+            "remat_predicted_peak": schedule.predicted.peak_memory,
+            "remat_peak": remat_peak,
+            "remat_predicted_ms": schedule.predicted.compute_ms,
+            "remat_ms": remat_ms,
+            "ratio_ckpt_over_remat": ckpt_ms / remat_ms,
+        }
+        rows.append(row)
+        print(
+            f"{segments:>8}  {format_size(ckpt_peak):>10}  {ckpt_ms:>8.2f}  {format_size(remat_peak):>10}  "
+            f"{format_size(schedule.predicted.peak_memory):>10}  {remat_ms:>8.2f}  {ckpt_ms / remat_ms:>10.2f}"
+        )
+    measured = [r for r in rows if r.get("remat_ms")]
+    checkpointed = [r for r in measured if r["segments"] > 1]
+    if checkpointed:
+        best = min(checkpointed, key=lambda r: r["ckpt_ms"] * r["ckpt_peak"])
+        print(
+            f"best checkpoint_sequential (time x memory): {best['segments']} segments, {best['ckpt_ms']:.2f} ms at "
+            f"{format_size(best['ckpt_peak'])}; remat optimal at that budget: {best['remat_ms']:.2f} ms at "
+            f"{format_size(best['remat_peak'])} (ratio {best['ratio_ckpt_over_remat']:.2f})"
+        )
+    result = {
+        "benchmark": "executor_overhead",
+        "model": args.model,
+        "input_shape": list(shape),
+        "stages": n,
+        "device": str(device),
+        "steps": args.steps,
+        "machine": machine(),
+        "rows": rows,
+        "note": "times are medians of interleaved steps on a shared machine; treat small differences as noise",
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""Predicted vs measured peak activation memory and step time: three models x three budgets.
+
+For each model: profile it (remat.executor.profiler), solve the ``optimal`` schedule at 100%, 60%
+and 35% of the store-all peak (or the smallest feasible budget, if lower ones are infeasible),
+replay each with RematChain for a few training steps and measure (CUDA: the allocator's
+max_memory_allocated relative to the memory before the step; CPU: remat's StorageTracker).
+Sized to finish in well under 8 minutes on one H100/H200; ``--device cpu`` uses small sizes.
+
+    python benchmarks/gpu_validate.py                 # CUDA, large sizes
+    python benchmarks/gpu_validate.py --device cpu    # CPU, small sizes (a minute or two)
+
+Writes benchmarks/results/gpu_validate[_cpu].json with the machine it ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime as dt
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from remat.executor.chain import as_chain
+from remat.executor.measure import compare
+from remat.executor.profiler import profile_chain
+from remat.executor.replay import RematChain
+from remat.executor.zoo import small
+from remat.schedules import InfeasibleBudgetError, format_size, simulate
+from remat.solver import solve
+
+SIZES = {
+    # model: {size: (factory kwargs, input shape)}
+    "cnn": {
+        "large": (dict(widths=(64, 128, 256, 512), blocks=2), (64, 3, 96, 96)),
+        "small": (dict(widths=(8, 16), blocks=2), (8, 3, 16, 16)),
+    },
+    "mlp": {
+        "large": (dict(depth=24, width=4096, in_features=1024), (2048, 1024)),
+        "small": (dict(depth=8, width=128, in_features=64), (32, 64)),
+    },
+    "transformer": {
+        "large": (dict(in_features=512, dim=512, depth=12, heads=8, dropout=0.1), (16, 512, 512)),
+        "small": (dict(in_features=32, dim=32, depth=4, heads=4, dropout=0.1), (4, 16, 32)),
+    },
+}
+FRACTIONS = (1.0, 0.6, 0.35)
+
+
+def machine() -> dict:
+    return {
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def solve_at(profile, budget: int):
+    try:
+        return solve(profile, budget, "optimal")
+    except InfeasibleBudgetError as error:
+        if error.min_budget is None:
+            raise
+        return solve(profile, error.min_budget, "optimal")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--size", choices=("large", "small"), help="default: large on CUDA, small on CPU")
+    parser.add_argument("--steps", type=int, default=5, help="measured steps per schedule")
+    parser.add_argument("--models", default="cnn,mlp,transformer")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--out", help="result JSON (default benchmarks/results/gpu_validate[_cpu].json)")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    size = args.size or ("large" if device.type == "cuda" else "small")
+    out_path = Path(
+        args.out or Path(__file__).parent / "results" / f"gpu_validate{'' if device.type == 'cuda' else '_cpu'}.json"
+    )
+    started = time.perf_counter()
+    rows = []
+    print(f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}), sizes {size}")
+    header = ("model", "budget", "pred peak", "meas peak", "err", "pred ms", "meas ms", "err")
+    widths = (-12, 8, 11, 11, 7, 9, 9, 7)
+    print(" ".join(f"{h:<{-w}}" if w < 0 else f"{h:>{w}}" for h, w in zip(header, widths, strict=True)))
+    for name in args.models.split(","):
+        kwargs, shape = SIZES[name][size]
+        torch.manual_seed(0)
+        model = getattr(small, name)(**kwargs).to(device).train()
+        chain = as_chain(model)
+        x = torch.randn(*shape, device=device)
+        profile = profile_chain(chain, x, name=f"{name}-{size}-{device.type}", repeats=5, warmup=2)
+        store_all_peak = solve(profile, 2**62, "store-all").predicted.peak_memory
+        for fraction in FRACTIONS:
+            schedule = solve_at(profile, int(store_all_peak * fraction))
+            wrapped = RematChain(copy.deepcopy(chain), schedule, profile)
+            report = compare(profile, schedule, wrapped, x, steps=args.steps, warmup=1)
+            assert simulate(profile, schedule.ops, timeline=False).peak_memory == report.predicted_peak
+            row = {
+                "model": name,
+                "fraction_of_store_all": fraction,
+                "budget": schedule.budget,
+                "stages": profile.length,
+                "input_shape": list(shape),
+                **{k: v for k, v in report.to_dict().items() if k != "timeline"},
+            }
+            rows.append(row)
+            print(
+                f"{name:<12} {fraction:>7.0%} {format_size(report.predicted_peak):>11} "
+                f"{format_size(report.measured_peak):>11} {100 * report.peak_error:>+6.2f}% "
+                f"{report.predicted_ms:>9.2f} {report.measured_ms:>9.2f} {100 * report.time_error:>+6.1f}%"
+            )
+            del wrapped
+        del model, chain, x
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    elapsed = time.perf_counter() - started
+    worst = max(abs(r["peak_memory"]["error"]) for r in rows)
+    print(f"worst peak-memory error {100 * worst:.2f}%; total {elapsed:.0f} s")
+    result = {
+        "benchmark": "gpu_validate",
+        "device": str(device),
+        "size": size,
+        "machine": machine(),
+        "elapsed_s": elapsed,
+        "rows": rows,
+    }
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(result, indent=2))
+    print(f"wrote {out_path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,283 @@
+"""Replay a chain schedule as an ordinary training step.
+
+:class:`RematChain` wraps a model (cut into stages by :func:`remat.executor.chain.as_chain`) and a
+chain schedule. A training loop uses it unchanged::
+
+    wrapped = RematChain(model, schedule, profile)
+    out = wrapped(x); loss = crit(out, y); loss.backward(); opt.step()
+
+Calling it runs the schedule's forward phase (the ops before the first ``B``) inside a custom
+``autograd.Function``; that Function's ``backward`` runs the remaining ops. Each op maps onto
+tensors exactly as in the simulator (DESIGN.md):
+
+* ``a[i]``: a tensor computed under ``no_grad`` (``F_ck``/``F_n``), or the caller's input for a[0];
+* ``abar[i+1]``: ``(leaf, out)`` from a recording forward of stage i (``F_all``) on
+  ``leaf = a_i.detach().requires_grad_()``: autograd keeps the stage's saved tensors alive through
+  ``out``'s graph;
+* ``g[i]``: ``leaf.grad`` after ``B i`` ran ``torch.autograd.backward(out, g[i+1])`` (parameter
+  gradients accumulate into ``.grad`` as usual).
+
+Dropping an item drops the executor's last reference, so the memory is freed when the simulator
+says. Consistency choices (explained in the report of issue 5):
+
+* ``g[0]`` is always computed (the input's leaf requires grad even when the caller's input does
+  not), because the chain model counts it at ``B 0``; it is returned to the caller only if the
+  input requires grad. A non-float input (token ids) cannot have a gradient: there g[0] is absent.
+* ``g[n]`` is the gradient autograd hands to the Function's backward; autograd itself holds that
+  tensor until the Function's backward returns, so after ``B n-1`` its storage is released
+  (``resize_(0)``) when nothing else can see it (the simulator frees g[n] after ``B n-1``).
+* A recomputed stage replays the RNG state of its first forward in this step (dropout draws the
+  same mask) and leaves the global RNG where it was; its buffers (BatchNorm running statistics)
+  are restored after the recomputation, so they are updated once per step.
+* Under ``torch.no_grad()`` or in eval mode the wrapper runs the plain model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Iterator, Sequence
+
+import torch
+from torch import nn
+
+from remat.executor.chain import Chain, as_chain
+from remat.executor.memory import notify_resized, untracked
+from remat.schedules import ChainProfile, Op, RematError, Schedule, ScheduleError, Stage, parse_ops, simulate
+
+
+def _dummy_profile(n: int) -> ChainProfile:
+    stage = Stage(name="s", forward_ms=0.0, backward_ms=0.0, output_size=1, saved_size=1)
+    return ChainProfile(name="check", input_size=1, stages=tuple(stage for _ in range(n)))
+
+
+def check_ops_for_chain(ops: Sequence[Op], n: int, profile: ChainProfile | None = None) -> tuple[Op, ...]:
+    """Validate chain ``ops`` for a model of ``n`` stages; raise a one-line :class:`RematError`."""
+    ops = parse_ops(list(ops))
+    if any(name not in ("F_ck", "F_n", "F_all", "B") for name, _ in ops):
+        raise ScheduleError("schedule: the executor replays chain schedules (F_ck, F_n, F_all, B), not graph ones")
+    stages_in_schedule = sum(1 for name, _ in ops if name == "B")
+    top = max((i for _, i in ops), default=-1) + 1
+    if stages_in_schedule != n or top > n:
+        raise ScheduleError(
+            f"schedule is for a chain of {max(stages_in_schedule, top)} stages, but the model has {n} stages"
+        )
+    if profile is not None and profile.length != n:
+        raise ScheduleError(f"profile has {profile.length} stages, but the model has {n} stages")
+    simulate(profile or _dummy_profile(n), ops, timeline=False)  # raises ScheduleError naming the op
+    return ops
+
+
+class _Step:
+    """State of one training step: the held items and per-stage RNG snapshots."""
+
+    def __init__(self, owner: RematChain, x: torch.Tensor) -> None:
+        self.owner = owner
+        self.n = len(owner.chain)
+        self.x = x
+        self.a: dict[int, torch.Tensor] = {0: x}
+        self.abar: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.g: dict[int, torch.Tensor | None] = {}
+        self.rng: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
+        self.output_ref: weakref.ref | None = None
+        self.grad_x: torch.Tensor | None = None
+        device = x.device
+        self.cuda_device = device if device.type == "cuda" else None
+
+    # -- helpers --------------------------------------------------------------------------
+    def _input(self, i: int) -> torch.Tensor:
+        if i in self.a:
+            return self.a[i]
+        if i in self.abar:
+            return self.abar[i][1].detach()
+        raise RematError(f"executor: a_{i} is not in memory (schedule and executor disagree)")
+
+    @contextlib.contextmanager
+    def _stage_context(self, i: int) -> Iterator[None]:
+        if i not in self.rng:  # first forward of stage i this step: remember the RNG it sees
+            with untracked():
+                cpu = torch.get_rng_state()
+                cuda = torch.cuda.get_rng_state(self.cuda_device) if self.cuda_device is not None else None
+            self.rng[i] = (cpu, cuda)
+            yield
+            return
+        # recomputation: same random numbers as the first forward; buffers and global RNG untouched
+        snapshots = self.owner._buffer_snapshots(i)
+        with untracked():
+            cpu_now = torch.get_rng_state()
+            cuda_now = torch.cuda.get_rng_state(self.cuda_device) if self.cuda_device is not None else None
+        torch.set_rng_state(self.rng[i][0])
+        if self.cuda_device is not None:
+            torch.cuda.set_rng_state(self.rng[i][1], self.cuda_device)
+        buffers = list(self.owner.chain.stages[i].buffers())
+        for buffer, snap in zip(buffers, snapshots, strict=True):
+            snap.copy_(buffer.data)
+        try:
+            yield
+        finally:
+            # through .data: the recomputation's graph may have saved the buffer (BatchNorm saves its
+            # running stats); restoring them must not bump the version counter autograd checks.
+            for buffer, snap in zip(buffers, snapshots, strict=True):
+                buffer.data.copy_(snap)
+            torch.set_rng_state(cpu_now)
+            if self.cuda_device is not None:
+                torch.cuda.set_rng_state(cuda_now, self.cuda_device)
+
+    # -- ops ------------------------------------------------------------------------------
+    def run(self, op: str, i: int, grad_output: torch.Tensor | None = None) -> None:
+        stage = self.owner.chain.stages[i]
+        if op == "B":
+            self._backward(i, grad_output)
+            return
+        inp = self._input(i)
+        with self._stage_context(i):
+            if op == "F_all":
+                leaf = inp.detach()
+                if leaf.is_floating_point() or leaf.is_complex():
+                    leaf.requires_grad_(True)
+                with torch.enable_grad():
+                    out = stage(leaf)
+                self.abar[i + 1] = (leaf, out)
+            else:
+                with torch.no_grad():
+                    out = stage(inp)
+                self.a[i + 1] = out
+        del inp
+        if op == "F_n" and i != 0:
+            del self.a[i]
+
+    def _backward(self, i: int, grad_output: torch.Tensor | None) -> None:
+        release = None
+        if i == self.n - 1:
+            g = grad_output.contiguous() if grad_output is not None else None
+            if g is grad_output and g is not None and self._may_release(g):
+                release = g
+            self.g[self.n] = g
+        leaf, out = self.abar.pop(i + 1)
+        g_out = self.g.pop(i + 1)
+        if out.requires_grad and g_out is not None:
+            torch.autograd.backward(out, g_out)
+        self.g[i] = leaf.grad if leaf.requires_grad else None
+        leaf.grad = None
+        del leaf, out, g_out
+        if i != 0:
+            self.a.pop(i, None)
+        if release is not None:
+            with contextlib.suppress(RuntimeError):
+                release.untyped_storage().resize_(0)
+                notify_resized(release)
+
+    def _may_release(self, g: torch.Tensor) -> bool:
+        """True if freeing g[n]'s storage cannot be seen by anyone but autograd's own argument tuple."""
+        output = self.output_ref() if self.output_ref is not None else None
+        if output is not None and output.retains_grad:
+            return False
+        if g._is_view() or g.untyped_storage().nbytes() != g.numel() * g.element_size():
+            return False
+        storage = g.untyped_storage()  # this Python storage object holds one reference itself
+        return torch._C._storage_Use_Count(storage._cdata) == 2
+
+    def _run_observed(self, position: int, op: str, i: int, grad_output: torch.Tensor | None = None) -> None:
+        observer = self.owner.observer
+        if observer is not None:
+            observer(position, op, i, "before")
+        self.run(op, i, grad_output)
+        if observer is not None:
+            observer(position, op, i, "after")
+
+    def forward_phase(self) -> torch.Tensor:
+        for position, (op, i) in enumerate(self.owner.forward_ops):
+            self._run_observed(position, op, i)
+        _, out = self.abar[self.n]
+        return out.detach()
+
+    def backward_phase(self, grad_output: torch.Tensor) -> torch.Tensor | None:
+        offset = len(self.owner.forward_ops)
+        for position, (op, i) in enumerate(self.owner.backward_ops, start=offset):
+            self._run_observed(position, op, i, grad_output)
+            if op == "B" and i == self.n - 1:
+                grad_output = None
+        g0 = self.g.pop(0, None)
+        self.a.clear()
+        self.abar.clear()
+        self.g.clear()
+        return g0
+
+
+class _ReplayFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, step: _Step, anchor: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        ctx.step = step
+        return step.forward_phase()
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor):
+        step: _Step = ctx.step
+        ctx.step = None
+        if step is None:
+            raise RematError("executor: backward through a remat step twice is not supported (no retain_graph)")
+        g0 = step.backward_phase(grad_output)
+        return None, None, (g0 if ctx.needs_input_grad[2] else None)
+
+
+class RematChain(nn.Module):
+    """A model (or list of stages) that trains by replaying a chain schedule.
+
+    Args:
+        model: anything :func:`as_chain` accepts (its stages are shared, not copied).
+        schedule: a :class:`Schedule` or a raw op list.
+        profile: optional; if given, the schedule must have been solved for it (same sha256) and
+            it must have as many stages as the model.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module | Sequence[nn.Module] | Chain,
+        schedule: Schedule | Sequence[Op],
+        profile: ChainProfile | None = None,
+    ) -> None:
+        super().__init__()
+        self.chain = as_chain(model)
+        if isinstance(schedule, Schedule):
+            if profile is not None and schedule.profile_sha256 != profile.sha256:
+                raise ScheduleError(
+                    f"schedule was solved for profile '{schedule.profile}' (sha256 {schedule.profile_sha256[:12]}...),"
+                    f" not for '{profile.name}' (sha256 {profile.sha256[:12]}...)"
+                )
+            ops = schedule.ops
+        else:
+            ops = schedule
+        self.ops = check_ops_for_chain(ops, len(self.chain), profile)
+        first_b = next(k for k, (name, _) in enumerate(self.ops) if name == "B")
+        self.forward_ops = self.ops[:first_b]
+        self.backward_ops = self.ops[first_b:]
+        self._snapshots: dict[int, list[torch.Tensor]] = {}
+        # called as observer(position, op, index, "before" | "after") around every op (measurement)
+        self.observer = None
+
+    def _buffer_snapshots(self, i: int) -> list[torch.Tensor]:
+        """Preallocated copies of stage i's buffers (no allocation during the step once made)."""
+        buffers = list(self.chain.stages[i].buffers())
+        snaps = self._snapshots.get(i)
+        if snaps is None or any(
+            s.shape != b.shape or s.dtype != b.dtype or s.device != b.device
+            for s, b in zip(snaps, buffers, strict=True)
+        ):
+            with untracked(), torch.no_grad():
+                snaps = [b.detach().clone() for b in buffers]
+            self._snapshots[i] = snaps
+        return snaps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.is_grad_enabled() or not self.training:
+            return self.chain(x)
+        step = _Step(self, x)
+        # a 0-byte leaf that requires grad puts the Function in the graph even when neither x nor
+        # the Function's other inputs do (parameters are reached through the inner backward calls)
+        anchor = torch.empty(0, device=x.device, requires_grad=True)
+        out = _ReplayFunction.apply(step, anchor, x)
+        step.output_ref = weakref.ref(out)
+        return out
+
+
+__all__ = ["RematChain", "check_ops_for_chain"]
