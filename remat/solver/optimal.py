@@ -9,7 +9,10 @@ recurrence and its derivation are in :mod:`remat.solver.optimal_table`. What is 
   always within the real budget and no persistent schedule is faster at the budget as seen in
   slots. With sizes that are multiples of the slot size the result is the exact persistent
   optimum. A non-persistent schedule (one that drops a stored checkpoint before its backward and
-  recomputes it) can be faster; see the closing note of the tests in tests/test_exhaustive.py.
+  recomputes it) can be faster: over every integer budget of 120 random 3-6 stage chains
+  (1,305 chain-budget pairs with a schedule, ``python tests/test_exhaustive.py 60 1`` and ``60 2``)
+  the persistent optimum was slower in 15 pairs (11 chains), by 4.9% on average and 13.8% at
+  most, and never infeasible where some schedule existed.
 * one table, filled once for the largest budget, gives the optimum for every smaller budget:
   :func:`optimal_front` reads the whole memory/compute front from it.
 
