@@ -130,7 +130,12 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
         marks = front.marks()
         store_all_ms = front.store_all_ms
     else:
-        from remat.solver.graph_pareto import graph_front
+        try:
+            from remat.solver.graph_pareto import graph_front
+        except ImportError as error:
+            raise RematError(
+                "pareto for graph profiles needs remat.solver.graph_pareto, which is not in this build"
+            ) from error
 
         points = list(
             graph_front(

@@ -43,7 +43,7 @@ def chains_and_budgets(draw):
     return profile, budget
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(chains_and_budgets())
 def test_optimal_dominates_every_chain_strategy(case):
     profile, budget = case
