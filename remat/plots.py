@@ -52,7 +52,7 @@ def plot_front(
 
     ``by_strategy`` maps a strategy name to its FrontPoints; ``optimal`` (and any strategy whose
     name starts with ``ilp``) is drawn as a step curve -- at a given memory the best time is the
-    last point at or left of it -- the others as markers joined by thin lines. ``marks`` maps a
+    last point at or left of it -- the others as markers with their own (dashed) staircase. ``marks`` maps a
     label to a FrontPoint to annotate. The memory axis is log-scaled when it spans more than 20x.
     """
     import matplotlib
@@ -80,18 +80,24 @@ def plot_front(
             ax.step(xs, ys, where="post", color=color, linewidth=2.0, label=label, zorder=3)
             ax.plot(xs, ys, ".", color=color, markersize=3, zorder=3)
         else:
-            ax.plot(
-                xs,
-                ys,
-                linestyle="-",
+            # A baseline's achievable set is a staircase too: at a given memory, its best time is
+            # that of its fastest point at or left of it; dominated points are not drawn joined.
+            kept = [pts[0]]
+            for point in pts[1:]:
+                if point.compute_ms < kept[-1].compute_ms:
+                    kept.append(point)
+            color = next(colors)
+            ax.step(
+                [p.peak_memory / scale for p in kept],
+                [p.compute_ms for p in kept],
+                where="post",
+                linestyle="--",
                 linewidth=0.8,
-                marker=next(markers),
-                markersize=5,
-                color=next(colors),
+                color=color,
                 alpha=0.85,
-                label=name,
                 zorder=2,
             )
+            ax.plot(xs, ys, linestyle="", marker=next(markers), markersize=5, color=color, alpha=0.85, label=name)
     # Keep the front readable: a baseline far slower than the front (recompute-all) is drawn on
     # the top edge with its time written next to it instead of squashing the front.
     front_times = [p.compute_ms for name, pts in by_strategy.items() if name == "optimal" for p in pts]
