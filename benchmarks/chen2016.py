@@ -1,0 +1,524 @@
+"""Chen et al. 2016 ("Training Deep Nets with Sublinear Memory Cost") on a CPU-only machine.
+
+The paper: a 1,000-layer ResNet on ImageNet went from 48 GB to 7 GB of memory for about +30%
+running time; O(sqrt n) memory for one extra forward pass, O(log n) memory for O(n log n) extra
+forward work. Here, for a 1,001-layer pre-activation bottleneck ResNet (remat.executor.zoo.preact_resnet)
+at batch 32, 3x224x224, float32:
+
+1. rates: FLOP/ms of every kind of block, measured on this CPU at a small batch (a 4-blocks-a-stage
+   copy of the network, timed in sequence by the profiler's time_chain);
+2. profile: the full-size network on the meta device (exact sizes, no compute), times = FLOPs /
+   rate -> examples/preact_resnet1001_b32.json;
+3. the optimal DP's whole front, chen-sqrt, the points of the paper's claims -> table + plot;
+4. replay of three schedules on the meta-device model (autograd runs on meta tensors) with the
+   StorageTracker: measured peak vs the simulator's prediction;
+5. a depth sweep (50 .. 1,001 layers): optimal memory at +30% and at one extra forward pass vs n.
+
+    python benchmarks/chen2016.py [--reuse-profile] [--depths 50,101,...] [--slots 500]
+
+Writes benchmarks/results/chen2016.json, docs/chen2016_front.png, docs/chen2016_depth.png.
+Memory is the chain model's (DESIGN.md): activations, saved tensors, gradients of activations and
+transients; parameters, their gradients and optimizer state are outside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from remat.executor.flops import FlopTimeEstimate, measure_rates  # noqa: E402
+from remat.executor.measure import measure_steps  # noqa: E402
+from remat.executor.profiler import profile_chain  # noqa: E402
+from remat.executor.replay import RematChain  # noqa: E402
+from remat.executor.zoo.preact_resnet import PreActResNet, blocks_for_depth, preact_resnet  # noqa: E402
+from remat.schedules import ChainProfile, load_profile, save_profile, write_json  # noqa: E402
+from remat.solver import solve  # noqa: E402
+from remat.solver.front import FrontPoint  # noqa: E402
+from remat.solver.optimal import optimal_front  # noqa: E402
+from remat.solver.pareto import chain_checkpoints  # noqa: E402
+from remat.solver.store_all import store_all_peak  # noqa: E402
+
+PROFILE_PATH = ROOT / "examples" / "preact_resnet1001_b32.json"
+RESULTS_PATH = ROOT / "benchmarks" / "results" / "chen2016.json"
+FRONT_PNG = ROOT / "docs" / "chen2016_front.png"
+DEPTH_PNG = ROOT / "docs" / "chen2016_depth.png"
+BATCH = 32
+DEPTH = 1001
+RATE_BATCH = 2
+GB = 1e9  # the paper's "48G"/"7G"; decimal here, binary sizes are also in the JSON (bytes)
+PAPER = {"store_all_gb": 48.0, "sqrt_gb": 7.0, "sqrt_overhead_percent": 30.0}
+
+
+def machine() -> dict:
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "note": "shared machine (2 cores, several sessions): measured rates are noisy",
+    }
+
+
+def measure_block_rates(repeats: int) -> dict:
+    """FLOP/ms per kind of stage, measured on this CPU (a (2,2,2,2)-block copy, batch RATE_BATCH)."""
+    torch.manual_seed(0)
+    small = PreActResNet((2, 2, 2, 2))
+    x = torch.randn(RATE_BATCH, 3, 224, 224)
+    return measure_rates(small, small.stage_kinds(), x, repeats=repeats)
+
+
+def meta_profile(depth: int, rates: dict, name: str | None = None) -> ChainProfile:
+    """The depth-``depth`` network at batch BATCH, profiled on meta; times = FLOPs / measured rate."""
+    model = preact_resnet(depth, device="meta")
+    x = torch.empty(BATCH, 3, 224, 224, device="meta")
+    estimate = FlopTimeEstimate(rates, model.stage_kinds())
+    profile = profile_chain(
+        model,
+        x,
+        name=name or f"preact-resnet{depth}-b{BATCH}-meta",
+        stage_times=estimate,
+        timing_note=(
+            f"estimated: FLOPs (torch FlopCounterMode, per stage on meta) / FLOP-per-ms of the same kind of block "
+            f"measured on this CPU at batch {RATE_BATCH} (metadata.rates)"
+        ),
+    )
+    metadata = dict(profile.metadata)
+    metadata.pop("forward_overheads_nograd", None)  # keeps the example file small; not used by any solver
+    metadata.update(
+        {
+            "model": f"remat.executor.zoo.preact_resnet:preact_resnet(depth={depth})",
+            "depth": depth,
+            "blocks_per_stage": list(blocks_for_depth(depth)),
+            "image": [3, 224, 224],
+            "rates_flop_per_ms": {k: r.to_dict() for k, r in rates.items()},
+            "stage_flops": [list(f) for f in estimate.flops],
+        }
+    )
+    return ChainProfile(name=profile.name, input_size=profile.input_size, stages=profile.stages, metadata=metadata)
+
+
+def pct(ms: float, base: float) -> float:
+    return 100.0 * (ms / base - 1.0)
+
+
+def point_row(label: str, peak: int, compute_ms: float, base_ms: float, forward_ms: float, checkpoints, paper=None):
+    return {
+        "row": label,
+        "peak_bytes": int(peak),
+        "peak_gb": peak / GB,
+        "overhead_percent": pct(compute_ms, base_ms),
+        "extra_forwards": (compute_ms - base_ms) / forward_ms,
+        "checkpoints": checkpoints,
+        "paper": paper,
+    }
+
+
+def least_memory_within(front: list[FrontPoint], base_ms: float, overhead_ms: float) -> FrontPoint:
+    """The front point of least peak whose step time is at most ``overhead_ms`` over ``base_ms``.
+
+    The front comes from one table whose slots are store-all / slots bytes wide, which bounds how far
+    above the true persistent optimum a peak can be."""
+    within = [p for p in front if p.compute_ms - base_ms <= overhead_ms * (1 + 1e-12)]
+    return min(within, key=lambda p: p.peak_memory)
+
+
+def analyse(profile: ChainProfile, slots: int) -> dict:
+    """The front and the table rows of the paper's claims."""
+    n = profile.length
+    base = profile.store_all_compute_ms
+    forward = sum(s.forward_ms for s in profile.stages)
+    begin = time.perf_counter()
+    front = optimal_front(profile, slots=slots)
+    front_s = time.perf_counter() - begin
+    rows = []
+    peak_all = store_all_peak(profile)
+    rows.append(point_row("store-all", peak_all, base, base, forward, 0, "48 GB (MXNet, whole training memory)"))
+
+    sqrt = solve(profile, peak_all, "chen-sqrt")
+    sqrt_ck = chain_checkpoints(sqrt.ops)
+    rows.append(
+        point_row(
+            "chen-sqrt (remat)",
+            sqrt.predicted.peak_memory,
+            sqrt.predicted.compute_ms,
+            base,
+            forward,
+            sqrt_ck,
+            "7 GB, +30%",
+        )
+    )
+    begin = time.perf_counter()
+    same = solve(profile, sqrt.predicted.peak_memory, "optimal", slots=slots)
+    solve_s = time.perf_counter() - begin
+    rows.append(
+        point_row(
+            "optimal at chen-sqrt's memory",
+            same.predicted.peak_memory,
+            same.predicted.compute_ms,
+            base,
+            forward,
+            chain_checkpoints(same.ops),
+        )
+    )
+
+    # the least memory within an overhead: read from the front (one table; its slots are
+    # store-all / slots bytes wide, which bounds how far above the true optimum a peak can be)
+    for label, overhead, paper in (
+        ("optimal at chen-sqrt's overhead", sqrt.predicted.compute_ms - base, None),
+        ("optimal at +30%", 0.30 * base, "7 GB at +30% (Chen's sqrt plan)"),
+        ("optimal at 1 extra forward", forward, "O(sqrt n) memory for one extra forward"),
+    ):
+        point = least_memory_within(front, base, overhead)
+        rows.append(point_row(label, point.peak_memory, point.compute_ms, base, forward, point.checkpoints, paper))
+    # the far end: the least memory of any persistent schedule at this resolution; solved again so
+    # that the schedule can be replayed (that solve's table spans its own budget: finer slots)
+    minimum = solve(profile, front[0].peak_memory, "optimal", slots=slots)
+    rows.append(
+        point_row(
+            "optimal, minimum memory",
+            minimum.predicted.peak_memory,
+            minimum.predicted.compute_ms,
+            base,
+            forward,
+            chain_checkpoints(minimum.ops),
+            "O(log n) memory, O(n log n) extra forward work",
+        )
+    )
+    # about log2(n) checkpoints: the fastest front schedule holding at most that many activations
+    log_k = round(math.log2(n))
+    candidates = [p for p in front if p.checkpoints is not None and 0 < p.checkpoints <= log_k]
+    log_point = min(candidates, key=lambda p: p.compute_ms) if candidates else None
+    if log_point is not None:
+        rows.append(
+            point_row(
+                f"optimal, <= log2(n) = {log_k} checkpoints",
+                log_point.peak_memory,
+                log_point.compute_ms,
+                base,
+                forward,
+                log_point.checkpoints,
+                "O(log n) regime",
+            )
+        )
+    schedules = {"chen-sqrt": sqrt, "optimal at chen-sqrt's memory": same, "optimal, minimum memory": minimum}
+    return {
+        "n": n,
+        "store_all_ms": base,
+        "forward_ms": forward,
+        "front": front,
+        "front_seconds": front_s,
+        "solve_seconds": solve_s,
+        "rows": rows,
+        "schedules": schedules,
+    }
+
+
+def replay_on_meta(profile: ChainProfile, schedules: dict) -> list[dict]:
+    """Run each schedule as a training step of the full-size meta model; StorageTracker on meta."""
+    torch.manual_seed(0)
+    model = preact_resnet(DEPTH, device="meta")
+    x = torch.empty(BATCH, 3, 224, 224, device="meta")
+    out = []
+    for label, schedule in schedules.items():
+        wrapped = RematChain(model, schedule, profile)
+        begin = time.perf_counter()
+        measured = measure_steps(wrapped, x, steps=1, warmup=0, timeline=False, timed=False)
+        out.append(
+            {
+                "schedule": label,
+                "strategy": schedule.strategy,
+                "ops": len(schedule.ops),
+                "predicted_peak_bytes": schedule.predicted.peak_memory,
+                "measured_peak_bytes": measured.peak_memory,
+                "difference_bytes": measured.peak_memory - schedule.predicted.peak_memory,
+                "seconds": time.perf_counter() - begin,
+            }
+        )
+        print(
+            f"  replay on meta, {label:32s}: predicted {schedule.predicted.peak_memory / GB:8.3f} GB, "
+            f"measured {measured.peak_memory / GB:8.3f} GB ({out[-1]['seconds']:.1f} s)",
+            flush=True,
+        )
+    return out
+
+
+def depth_sweep(depths: list[int], rates: dict, slots: int, known: dict[int, ChainProfile]) -> list[dict]:
+    rows = []
+    for depth in depths:
+        begin = time.perf_counter()
+        profile = known.get(depth) or meta_profile(depth, rates)
+        base = profile.store_all_compute_ms
+        forward = sum(s.forward_ms for s in profile.stages)
+        front = optimal_front(profile, slots=slots)
+
+        p30, p1f = least_memory_within(front, base, 0.30 * base), least_memory_within(front, base, forward)
+        sqrt = solve(profile, store_all_peak(profile), "chen-sqrt")
+        rows.append(
+            {
+                "depth": depth,
+                "n": profile.length,
+                "store_all_bytes": store_all_peak(profile),
+                "optimal_30pct_bytes": p30.peak_memory,
+                "optimal_30pct_checkpoints": p30.checkpoints,
+                "optimal_1fwd_bytes": p1f.peak_memory,
+                "optimal_1fwd_checkpoints": p1f.checkpoints,
+                "optimal_min_bytes": front[0].peak_memory,
+                "optimal_min_extra_forwards": (front[0].compute_ms - base) / forward,
+                "chen_sqrt_bytes": sqrt.predicted.peak_memory,
+                "chen_sqrt_overhead_percent": pct(sqrt.predicted.compute_ms, base),
+                "seconds": time.perf_counter() - begin,
+            }
+        )
+        r = rows[-1]
+        print(
+            f"  depth {depth:5d} n={r['n']:4d}: store-all {r['store_all_bytes'] / GB:7.2f} GB, "
+            f"+30% {r['optimal_30pct_bytes'] / GB:6.2f} GB, 1 fwd {r['optimal_1fwd_bytes'] / GB:6.2f} GB, "
+            f"min {r['optimal_min_bytes'] / GB:6.2f} GB ({r['seconds']:.0f} s)",
+            flush=True,
+        )
+    return rows
+
+
+def plot_front(analysis: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    base = analysis["store_all_ms"]
+    front = analysis["front"]
+    fig, ax = plt.subplots(figsize=(9.5, 5.6), dpi=120)
+    xs = [p.peak_memory / GB for p in front]
+    ys = [pct(p.compute_ms, base) for p in front]
+    ax.step(xs, ys, where="post", color="tab:blue", lw=2, label=f"optimal DP front ({len(front)} points)", zorder=3)
+    styles = {
+        "store-all": ("s", "black"),
+        "chen-sqrt (remat)": ("o", "tab:red"),
+        "optimal at chen-sqrt's memory": ("^", "tab:green"),
+        "optimal at +30%": ("D", "tab:purple"),
+        "optimal at 1 extra forward": ("v", "tab:orange"),
+        "optimal, minimum memory": ("P", "tab:brown"),
+    }
+    for row in analysis["rows"]:
+        marker, color = styles.get(row["row"], ("X", "tab:gray"))
+        ax.plot(
+            [row["peak_gb"]],
+            [row["overhead_percent"]],
+            marker=marker,
+            color=color,
+            markersize=9,
+            ls="none",
+            markeredgecolor="black",
+            label=f"{row['row']}: {row['peak_gb']:.2f} GB, +{row['overhead_percent']:.0f}%",
+            zorder=4,
+        )
+    ax.plot(
+        [PAPER["store_all_gb"]],
+        [0],
+        marker="s",
+        mfc="none",
+        mec="black",
+        ms=11,
+        ls="none",
+        label="paper: store-all 48 GB (MXNet, total)",
+    )
+    ax.plot(
+        [PAPER["sqrt_gb"]],
+        [PAPER["sqrt_overhead_percent"]],
+        marker="o",
+        mfc="none",
+        mec="tab:red",
+        ms=11,
+        mew=2,
+        ls="none",
+        label="paper: sqrt(n) plan 7 GB, +30%",
+    )
+    ax.set_xscale("log")
+    ax.set_xlabel("peak memory (GB, log scale; activations + saved tensors + gradients of activations)")
+    ax.set_ylabel("step time overhead over store-all (%)")
+    ax.set_title(
+        f"Pre-activation ResNet-{DEPTH}, batch {BATCH}, 224x224, fp32: n = {analysis['n']} stages (meta-device profile)"
+    )
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7.5, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_depth(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ns = [r["n"] for r in rows]
+    fig, ax = plt.subplots(figsize=(8.5, 5.6), dpi=120)
+    series = [
+        ("store_all_bytes", "store-all", "s", "black"),
+        ("optimal_30pct_bytes", "optimal at +30% step time", "D", "tab:purple"),
+        ("optimal_1fwd_bytes", "optimal at 1 extra forward", "v", "tab:orange"),
+        ("optimal_min_bytes", "optimal, minimum memory", "P", "tab:brown"),
+    ]
+    for key, label, marker, color in series:
+        ax.plot(ns, [r[key] / GB for r in rows], marker=marker, color=color, label=label, lw=1.5)
+    grid = [ns[0] * (ns[-1] / ns[0]) ** (i / 50) for i in range(51)]
+    first = rows[0]
+    for key, label, fn, style in (
+        ("store_all_bytes", "∝ n", lambda n: n, ":"),
+        ("optimal_1fwd_bytes", "∝ √n", math.sqrt, "--"),
+        ("optimal_min_bytes", "∝ log n", math.log, "-."),
+    ):
+        c = first[key] / GB / fn(first["n"])
+        ax.plot(grid, [c * fn(n) for n in grid], color="gray", ls=style, lw=1, label=f"reference {label}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("chain length n (stages = blocks + 2; depth 50 .. 1001 layers)")
+    ax.set_ylabel("peak memory (GB, log scale)")
+    ax.set_title(f"Pre-activation ResNets, batch {BATCH}: memory vs depth (optimal DP)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def fmt_table(rows: list[dict]) -> str:
+    lines = [
+        f"{'schedule':36s} {'peak GB':>9s} {'overhead':>9s} {'extra fwd':>9s} {'ckpts':>6s}  paper",
+        "-" * 100,
+    ]
+    for r in rows:
+        lines.append(
+            f"{r['row']:36s} {r['peak_gb']:9.2f} {r['overhead_percent']:8.1f}% {r['extra_forwards']:9.2f} "
+            f"{str(r['checkpoints']):>6s}  {r['paper'] or ''}"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--reuse-profile",
+        action="store_true",
+        help="load examples/preact_resnet1001_b32.json (and its rates) instead of re-measuring",
+    )
+    parser.add_argument("--depths", default="50,101,152,200,302,401,503,701,1001")
+    parser.add_argument("--slots", type=int, default=500)
+    parser.add_argument("--repeats", type=int, default=3, help="store-all steps timed per rate measurement")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    timings = {}
+
+    if args.reuse_profile and PROFILE_PATH.exists():
+        profile = load_profile(PROFILE_PATH)
+        from remat.executor.flops import KindRate
+
+        rates = {
+            k: KindRate(
+                v["forward_flop_per_ms"],
+                v["backward_flop_per_ms"],
+                v["measured_forward_ms"],
+                v["measured_backward_ms"],
+                v["forward_flops"],
+                v["backward_flops"],
+                v["stages_averaged"],
+            )
+            for k, v in profile.metadata["rates_flop_per_ms"].items()
+        }
+        print(f"reused {PROFILE_PATH.relative_to(ROOT)}", flush=True)
+    else:
+        begin = time.perf_counter()
+        rates = measure_block_rates(args.repeats)
+        timings["measure_rates_s"] = time.perf_counter() - begin
+        print(f"rates measured in {timings['measure_rates_s']:.0f} s (batch {RATE_BATCH}, CPU):", flush=True)
+        for kind, rate in rates.items():
+            print(
+                f"  {kind:13s} fwd {rate.forward_flop_per_ms / 1e6:5.2f} GFLOP/s  "
+                f"bwd {rate.backward_flop_per_ms / 1e6:5.2f} GFLOP/s",
+                flush=True,
+            )
+        begin = time.perf_counter()
+        profile = meta_profile(DEPTH, rates, name=f"preact-resnet{DEPTH}-b{BATCH}")
+        timings["meta_profile_s"] = time.perf_counter() - begin
+        save_profile(profile, PROFILE_PATH)
+        print(
+            f"profiled depth {DEPTH} on meta in {timings['meta_profile_s']:.0f} s -> {PROFILE_PATH.relative_to(ROOT)} "
+            f"({PROFILE_PATH.stat().st_size / 1e3:.0f} kB)",
+            flush=True,
+        )
+
+    begin = time.perf_counter()
+    analysis = analyse(profile, args.slots)
+    timings["analysis_s"] = time.perf_counter() - begin
+    timings["optimal_front_s"] = analysis["front_seconds"]
+    timings["one_optimal_solve_s"] = analysis["solve_seconds"]
+    print(
+        f"\nResNet-{DEPTH} (pre-activation, bottleneck), batch {BATCH}, 224x224, fp32; n = {analysis['n']} stages; "
+        f"store-all step {analysis['store_all_ms'] / 1e3:.0f} s estimated for this CPU, "
+        f"one forward {analysis['forward_ms'] / 1e3:.0f} s"
+    )
+    print(fmt_table(analysis["rows"]))
+    print(
+        f"(front: {len(analysis['front'])} points in {analysis['front_seconds']:.1f} s; "
+        f"analysis {timings['analysis_s']:.0f} s)\n",
+        flush=True,
+    )
+    plot_front(analysis, FRONT_PNG)
+
+    begin = time.perf_counter()
+    replay = replay_on_meta(profile, analysis["schedules"])
+    timings["meta_replay_s"] = time.perf_counter() - begin
+
+    depths = [int(d) for d in args.depths.split(",") if d]
+    begin = time.perf_counter()
+    sweep = depth_sweep(depths, rates, args.slots, {DEPTH: profile})
+    timings["depth_sweep_s"] = time.perf_counter() - begin
+    plot_depth(sweep, DEPTH_PNG)
+    timings["total_s"] = time.perf_counter() - started
+    print(f"\ntotal {timings['total_s']:.0f} s (shared 2-core machine)")
+
+    write_json(
+        {
+            "benchmark": "chen2016",
+            "machine": machine(),
+            "model": {
+                "name": f"pre-activation bottleneck ResNet-{DEPTH}",
+                "blocks_per_stage": list(blocks_for_depth(DEPTH)),
+                "widths": [256, 512, 1024, 2048],
+                "batch": BATCH,
+                "image": [3, 224, 224],
+                "dtype": "float32",
+                "profile": str(PROFILE_PATH.relative_to(ROOT)),
+                "profile_sha256": profile.sha256,
+            },
+            "paper": PAPER,
+            "slots": args.slots,
+            "store_all_ms": analysis["store_all_ms"],
+            "forward_ms": analysis["forward_ms"],
+            "table": analysis["rows"],
+            "front": [p.to_dict() for p in analysis["front"]],
+            "meta_replay": replay,
+            "depth_sweep": sweep,
+            "timings_s": timings,
+        },
+        RESULTS_PATH,
+    )
+    print(f"wrote {RESULTS_PATH.relative_to(ROOT)}, {FRONT_PNG.relative_to(ROOT)}, {DEPTH_PNG.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
