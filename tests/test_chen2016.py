@@ -155,3 +155,25 @@ def test_meta_profile_is_consistent_with_a_plain_meta_step(resnet50_meta):
     predicted = store_all_peak(profile)
     assert abs(tracker.peak_bytes - predicted) <= profile.input_size + profile.stages[-1].output_size
     assert dataclasses.asdict(profile.stages[0])["output_size"] == 32 * 64 * 56 * 56 * 4
+
+
+def test_bundled_1001_layer_profile_matches_the_model(resnet50_meta):
+    """examples/preact_resnet1001_b32.json (written by benchmarks/chen2016.py) is the depth-1001 net:
+    its stages are the model's, and every stage has the sizes that the same kind of stage has in the
+    meta profile of ResNet-50 measured here (same shapes, batch 32)."""
+    from conftest import EXAMPLES
+
+    from remat.schedules import load_profile
+
+    profile = load_profile(EXAMPLES / "preact_resnet1001_b32.json")
+    assert (EXAMPLES / "preact_resnet1001_b32.json").stat().st_size < 2_000_000
+    model = preact_resnet(1001, device="meta")
+    assert [s.name for s in profile.stages] == [name for name, _ in model.remat_stages()]
+    _, _, small = resnet50_meta
+    by_kind = {}
+    for stage, kind in zip(small.stages, preact_resnet(50, device="meta").stage_kinds(), strict=True):
+        by_kind.setdefault(kind, {f: getattr(stage, f) for f in SIZE_FIELDS})
+    for stage, kind in zip(profile.stages, model.stage_kinds(), strict=True):
+        assert {f: getattr(stage, f) for f in SIZE_FIELDS} == by_kind[kind], stage.name
+    assert profile.input_size == small.input_size == 32 * 3 * 224 * 224 * 4
+    assert all(s.forward_ms > 0 and s.backward_ms > 0 for s in profile.stages)

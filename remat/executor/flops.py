@@ -131,18 +131,23 @@ class FlopTimeEstimate:
     """``stage_times`` for :func:`~remat.executor.profiler.profile_chain`: stage i takes
     ``FLOPs / rate[kinds[i]]`` milliseconds (forward and backward separately).
 
-    ``flops`` records every stage's counted (forward, backward) FLOPs as it is called."""
+    ``flops`` records every stage's counted (forward, backward) FLOPs as it is called. Stages of one
+    kind on inputs of one shape are counted once (they are the same computation)."""
 
     rates: dict[str, KindRate]
     kinds: Sequence[str]
     flops: list[tuple[int, int]] = field(default_factory=list)
+    _counted: dict[tuple, tuple[int, int]] = field(default_factory=dict, repr=False)
 
     def __call__(self, index: int, name: str, stage: nn.Module, x: torch.Tensor) -> tuple[float, float]:
         kind = self.kinds[index]
         if kind not in self.rates:
             raise KeyError(f"stage {index} ('{name}'): no measured rate for kind '{kind}'")
         rate = self.rates[kind]
-        forward, backward = stage_flops(stage, x)
+        key = (kind, tuple(x.shape), x.dtype)
+        if key not in self._counted:
+            self._counted[key] = stage_flops(stage, x)
+        forward, backward = self._counted[key]
         self.flops.append((forward, backward))
         # a kind with no FLOPs counted (no conv/matmul) has an infinite rate: estimated as 0 ms
         return forward / rate.forward_flop_per_ms, backward / rate.backward_flop_per_ms
