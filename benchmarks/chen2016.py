@@ -90,7 +90,8 @@ def pool_block_rates(rates: dict[str, KindRate]) -> dict[str, KindRate]:
     the block kinds); stem and head keep their own (other op mixes: the head is mostly BatchNorm and
     pooling). Per-kind rates at batch 2 on the shared machine scattered 2-4x between runs, more
     than the block kinds differ, so the pooled rate is the steadier estimate; the per-kind
-    measurements are kept in the profile's metadata."""
+    measurements are kept in the profile's metadata. The pooled record's measured ms and FLOPs
+    fields are totals over the pooled stages (its rates are what the estimate uses)."""
     blocks = [r for k, r in rates.items() if k.startswith("layer")]
     ff = sum(r.forward_flops * r.stages for r in blocks)
     bf = sum(r.backward_flops * r.stages for r in blocks)
