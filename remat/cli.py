@@ -135,7 +135,12 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
         marks = front.marks()
         store_all_ms = front.store_all_ms
     else:
-        from remat.solver.graph_pareto import graph_front
+        try:
+            from remat.solver.graph_pareto import graph_front
+        except ImportError as error:
+            raise RematError(
+                "pareto for graph profiles needs remat.solver.graph_pareto, which is not in this build"
+            ) from error
 
         points = list(
             graph_front(
@@ -159,12 +164,11 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
     print(f"{'strategy':<14} {'points':>6}  {'least memory':>14}  {'its step time':>16}")
     for name, group in by_strategy.items():
         least = min(group, key=lambda p: p.peak_memory)
-        overhead = overhead_percent(least.compute_ms, store_all_ms)
-        print(
-            f"{name:<14} {len(group):>6}  {format_size(least.peak_memory):>14}  {least.compute_ms:>9.2f} ms +{overhead:.0f}%"
-        )
+        overhead = max(0.0, overhead_percent(least.compute_ms, store_all_ms))
+        size = format_size(least.peak_memory)
+        print(f"{name:<14} {len(group):>6}  {size:>14}  {least.compute_ms:>9.2f} ms +{overhead:.0f}%")
     for label, point in marks.items():
-        overhead = overhead_percent(point.compute_ms, store_all_ms)
+        overhead = max(0.0, overhead_percent(point.compute_ms, store_all_ms))
         print(f"{label}: {format_size(point.peak_memory)}, {point.compute_ms:.2f} ms (+{overhead:.1f}%)")
     if args.csv:
         write_front_csv(points, args.csv)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 
 from remat.schedules import Schedule, SimulationResult, format_size
@@ -51,7 +52,7 @@ def plot_front(
 
     ``by_strategy`` maps a strategy name to its FrontPoints; ``optimal`` (and any strategy whose
     name starts with ``ilp``) is drawn as a step curve -- at a given memory the best time is the
-    last point at or left of it -- the others as markers joined by thin lines. ``marks`` maps a
+    last point at or left of it -- the others as markers with their own (dashed) staircase. ``marks`` maps a
     label to a FrontPoint to annotate. The memory axis is log-scaled when it spans more than 20x.
     """
     import matplotlib
@@ -79,33 +80,64 @@ def plot_front(
             ax.step(xs, ys, where="post", color=color, linewidth=2.0, label=label, zorder=3)
             ax.plot(xs, ys, ".", color=color, markersize=3, zorder=3)
         else:
-            ax.plot(
-                xs,
-                ys,
-                linestyle="-",
+            # A baseline's achievable set is a staircase too: at a given memory, its best time is
+            # that of its fastest point at or left of it; dominated points are not drawn joined.
+            kept = [pts[0]]
+            for point in pts[1:]:
+                if point.compute_ms < kept[-1].compute_ms:
+                    kept.append(point)
+            color = next(colors)
+            ax.step(
+                [p.peak_memory / scale for p in kept],
+                [p.compute_ms for p in kept],
+                where="post",
+                linestyle="--",
                 linewidth=0.8,
-                marker=next(markers),
-                markersize=5,
-                color=next(colors),
+                color=color,
                 alpha=0.85,
-                label=name,
                 zorder=2,
+            )
+            ax.plot(xs, ys, linestyle="", marker=next(markers), markersize=5, color=color, alpha=0.85, label=name)
+    # Keep the front readable: a baseline far slower than the front (recompute-all) is drawn on
+    # the top edge with its time written next to it instead of squashing the front.
+    front_times = [p.compute_ms for name, pts in by_strategy.items() if name == "optimal" for p in pts]
+    reference_top = max(front_times) if front_times else max(p.compute_ms for p in all_points)
+    low_y = min(min(p.compute_ms for p in all_points), store_all_ms if store_all_ms > 0 else math.inf)
+    top_y = reference_top + 1.0 * max(reference_top - low_y, 0.05 * reference_top)
+    off_scale = [(name, p) for name, pts in by_strategy.items() for p in pts if p.compute_ms > top_y]
+    if off_scale:
+        ax.set_ylim(low_y - 0.05 * (top_y - low_y), top_y)
+        for index, (name, point) in enumerate(off_scale):
+            x = point.peak_memory / scale
+            ax.annotate(
+                f"↑ {name} at {format_size(point.peak_memory)}: {point.compute_ms:.0f} ms (off scale)",
+                (x, top_y),
+                textcoords="offset points",
+                xytext=(4, -4 - 10 * index),
+                ha="left",
+                va="top",
+                fontsize=7,
+                color="dimgray",
+                annotation_clip=False,
             )
     merged: dict[tuple[int, float], list[str]] = {}
     for label, point in (marks or {}).items():
         merged.setdefault((point.peak_memory, point.compute_ms), []).append(label)
     x_low, x_high = min(peaks), max(peaks)
+    y_bottom, y_top = ax.get_ylim()
+    y_mid = 0.5 * (y_bottom + y_top)
     for (peak, y), labels in merged.items():
         x = peak / scale
         right_half = (peak - x_low) > 0.5 * (x_high - x_low)
+        upper_half = y > y_mid
         ax.plot([x], [y], marker="*", markersize=14, color="gold", markeredgecolor="black", zorder=4)
         ax.annotate(
             f"{' = '.join(labels)}\n{format_size(peak)}, {y:.1f} ms",
             (x, y),
             textcoords="offset points",
-            xytext=(-10, 14) if right_half else (12, -6),
+            xytext=(-10 if right_half else 12, -12 if upper_half else 12),
             ha="right" if right_half else "left",
-            va="bottom" if right_half else "top",
+            va="top" if upper_half else "bottom",
             fontsize=8,
             bbox={"boxstyle": "round,pad=0.2", "fc": "white", "alpha": 0.85, "lw": 0.5},
             zorder=5,

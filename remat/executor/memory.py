@@ -21,7 +21,9 @@ Bookkeeping tensors that must not be counted (RNG snapshots, ...) are created in
 ``with untracked(): ...``; :meth:`StorageTracker.ignore` drops a storage from the count.
 
 Sizes are storage sizes (``UntypedStorage.nbytes()``), i.e. exact bytes, with no allocator
-rounding. Only storages on ``device`` (default: CPU) are counted.
+rounding. Only storages on ``device`` (default: CPU) are counted. ``device="meta"`` works the same
+way on meta tensors (storages with a size and no data): autograd runs on them, so a training step
+of a model too large to compute is sized exactly.
 """
 
 from __future__ import annotations
@@ -180,7 +182,9 @@ class StorageTracker(TorchDispatchMode):
 
 
 def _storage(tensor: torch.Tensor) -> torch.UntypedStorage | None:
-    if tensor.is_sparse:  # meta tensors have storages (nbytes, no data): a "meta" tracker counts them
+    # meta tensors have storages too (a size, no data): a tracker on "meta" counts them exactly as
+    # on CPU, which sizes a full-size model's step with no compute; other trackers skip them by device
+    if tensor.is_sparse:
         return None
     try:
         return tensor.untyped_storage()

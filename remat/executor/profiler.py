@@ -23,6 +23,13 @@ Per stage i, on its input a_i (the previous stage's output for the example input
 
 The model is left as it was: buffers (BatchNorm running statistics), parameter gradients and the
 RNG state are restored.
+
+**Meta device** (a model and input on ``device="meta"``): autograd runs on meta tensors (shapes,
+no data, no compute), so every size above is measured exactly as on CPU, by
+:class:`~remat.executor.memory.StorageTracker` counting meta storages, for a model of any size in
+seconds. Nothing can be timed there: pass ``stage_times`` (a callable giving each stage's
+estimated ``(forward_ms, backward_ms)``, e.g. :class:`remat.executor.flops.FlopTimeEstimate`);
+without it the times are 0. ``stage_times`` also replaces the timing on real devices.
 """
 
 from __future__ import annotations
@@ -295,19 +302,26 @@ def profile_chain(
     repeats: int = 5,
     warmup: int = 2,
     progress: bool = False,
+    stage_times: Callable[[int, str, nn.Module, torch.Tensor], tuple[float, float]] | None = None,
+    timing_note: str | None = None,
 ) -> ChainProfile:
     """Profile every stage of ``model`` (cut by :func:`as_chain`) on ``example_input``.
 
     Times in milliseconds, sizes in bytes. The model must already be on the input's device; it is
-    left unchanged (buffers, gradients, RNG restored).
+    left unchanged (buffers, gradients, RNG restored). ``stage_times(index, name, stage, stage_input)``,
+    if given, supplies each stage's ``(forward_ms, backward_ms)`` instead of timing it (required
+    for real times on the meta device, see the module docstring); ``timing_note`` then says how
+    in the metadata's ``timing``.
     """
     chain = as_chain(model)
     device = example_input.device
+    meta = device.type == "meta"
     state = _ModelState(chain, device)
+    estimated: list[tuple[float, float]] = []
     try:
         state.zero_grads()
         x = example_input.detach()
-        for _ in range(max(0, warmup)):  # whole-model warm-up: thread pools, allocator, kernel caches
+        for _ in range(0 if meta else max(0, warmup)):  # whole-model warm-up: thread pools, allocator, kernel caches
             out = chain(x)
             if out.requires_grad:
                 out.backward(torch.ones_like(out))
@@ -320,12 +334,21 @@ def profile_chain(
 
             iterator = tqdm(iterator, desc="profiling stages", unit="stage")
         for i in iterator:
+            if stage_times is not None:
+                fwd, bwd = stage_times(i, chain.names[i], chain.stages[i], x)
+                estimated.append((float(fwd), float(bwd)))
             record, x, nograd = profile_stage(
-                chain.stages[i], x, chain.names[i], repeats=repeats, warmup=warmup, timed=False
+                chain.stages[i], x, chain.names[i], repeats=repeats, warmup=0 if meta else warmup, timed=False
             )
             stages.append(record)
             nograd_overheads.append(nograd)
-        forward_ms, backward_ms = time_chain(chain, example_input, repeats)
+        if stage_times is not None:
+            forward_ms = [f for f, _ in estimated]
+            backward_ms = [b for _, b in estimated]
+        elif meta:  # nothing runs on meta: sizes only
+            forward_ms = backward_ms = [0.0] * len(chain)
+        else:
+            forward_ms, backward_ms = time_chain(chain, example_input, repeats)
         stages = [
             dataclasses.replace(s, forward_ms=f, backward_ms=b)
             for s, f, b in zip(stages, forward_ms, backward_ms, strict=True)
@@ -334,18 +357,30 @@ def profile_chain(
         state.restore()
     batch = int(example_input.shape[0]) if example_input.dim() > 0 else 1
     label = name or f"{type(model).__name__.lower()}-b{batch}-{device.type}"
+    if stage_times is not None:
+        timing = timing_note or "estimated by a stage_times callable"
+    elif meta:
+        timing = "none (meta device: nothing is computed; all times 0)"
+    else:
+        timing = ("cuda events" if device.type == "cuda" else "perf_counter") + ", median, stages timed in sequence"
+    if device.type == "cuda":
+        device_name = torch.cuda.get_device_name(device)
+    elif meta:
+        device_name = "meta (shapes only, no compute)"
+    else:
+        device_name = f"cpu ({torch.get_num_threads()} threads)"
     metadata = {
-        "device": torch.cuda.get_device_name(device)
-        if device.type == "cuda"
-        else f"cpu ({torch.get_num_threads()} threads)",
+        "device": device_name,
         "device_type": device.type,
         "dtype": str(example_input.dtype).replace("torch.", ""),
         "batch_size": batch,
         "input_shape": list(example_input.shape),
         "torch": torch.__version__,
-        "timing": ("cuda events" if device.type == "cuda" else "perf_counter") + ", median, stages timed in sequence",
+        "timing": timing,
         "repeats": repeats,
-        "memory": "cuda allocator" if device.type == "cuda" else "remat StorageTracker (live storages)",
+        "memory": "cuda allocator"
+        if device.type == "cuda"
+        else "remat StorageTracker (live storages" + (" of meta tensors: exact sizes, no data)" if meta else ")"),
         "forward_overheads_nograd": nograd_overheads,
     }
     return ChainProfile(

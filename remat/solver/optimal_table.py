@@ -36,6 +36,12 @@ Nothing else can start a persistent segment: ``a_s`` must stay until ``B s``, so
 on stage s is ``F_all s`` or ``F_ck s``; after ``F_ck s`` the chain of ``F_n`` up to the next
 kept activation ``a[j]`` is forced; ``B s`` needs ``abar[s+1]``, i.e. a final ``F_all s``.
 
+Store-all shortcut: recording the whole segment (``F_all s .. t-1``, ``B t-1 .. s``) is option 1 all
+the way down and takes the least possible time ``SA(s, t) = sum f_i + b_i``. It needs
+``X(s, t) = max(sv_s + fo_s, sv_s + X(s+1, t), sv_s + a_{s+1} - g'_t + a_s + bo_s)`` bytes free
+(``X(t, t) = 0``), counted exactly; so ``C(s, t, k) = SA(s, t)`` for ``k >= ceil(X(s, t) / S)``
+(decision ``STORE_ALL``), which also spares the rounding of each ``sv_i`` separately.
+
 Discretization: memory is counted in slots of ``S`` bytes; ``k`` slots means "at least ``k*S``
 bytes free". Every requirement (a sum of bytes) is rounded up, every subtraction from the free
 memory is rounded up and the one addition (``g'_t``) rounded down, so every schedule the table
@@ -46,8 +52,10 @@ from ``s+1`` up; all ``k`` and all ``j`` of a segment at once with numpy. ``C(j,
 for all ``j`` is one slice of the per-``t`` array ``col[t]`` stored pre-shifted by ``A_j`` (the
 slots of ``a_j``), and ``C(s, j, k + G_t - A_j)`` one slice of the per-``s`` array ``row``
 pre-shifted by ``A_j``. For each segment only ``k`` in ``[lo, hi)`` is computed: below ``lo``
-it is infeasible, from ``hi`` on the whole segment can be recorded (store-all of the segment,
-the least possible time) -- both bounds follow from the same recurrence in O(L) per segment.
+it is infeasible, from ``hi = ceil(X(s, t) / S)`` on it is store-all -- both bounds follow from
+the recurrence in O(L) per segment. Split points ``j`` are taken in blocks, and a block is only
+evaluated at the levels where ``SA(s, t) + F(s, j)`` (a lower bound on any split at j) is still
+below the best found: an exact pruning.
 """
 
 from __future__ import annotations
@@ -60,19 +68,34 @@ import numpy as np
 from remat.schedules import ChainProfile
 
 INF = np.float32(np.inf)
+INFEASIBLE = -1  # decision: no schedule for this segment at this level
+STORE_ALL = -2  # decision: record the whole segment (F_all s .. t-1, then B t-1 .. s)
+_BLOCK = 96  # candidates j per numpy step: small enough for the bound to prune, large enough to vectorize
 
 
 @dataclass(frozen=True)
 class Sizes:
-    """A chain's sizes in bytes (exact) and slots (rounded conservatively)."""
+    """A chain's sizes in bytes (exact) and in slots (rounded so that schedules stay in budget).
+
+    Attributes:
+        slot: bytes per slot S.
+        act: a_0 .. a_n, bytes.
+        act_slots: ceil(a_i / S), what holding a[i] takes from the free memory.
+        g_slots: floor(g'_t / S) for t = 0..n (0 for t = n), what B t-1 gives back in place of g[t].
+        saved_slots: ceil(sv_s / S), what holding abar[s+1] takes.
+        record_bytes: (n, 2) int array: [s, 0] = sv_s + fo_s (peak of F_all s over the free
+            memory), [s, 1] = sv_s + a_{s+1} + a_s + bo_s (peak of B s, before subtracting g'_t).
+        forward_slots: (n, 2) int array: [i, 0] = ceil((a_{i+1} + fo_i) / S) (F_ck i),
+            [i, 1] = ceil((a_i + a_{i+1} + fo_i) / S) (F_n i with a[i] still counted).
+    """
 
     slot: int
-    act: tuple[int, ...]  # a_0 .. a_n, bytes
-    act_slots: np.ndarray  # A_i = ceil(a_i / S)
-    g_slots: np.ndarray  # G_t = floor(g'_t / S), t = 0..n (G_n = 0)
-    saved_slots: np.ndarray  # ceil(sv_s / S)
-    req_record: np.ndarray  # slots needed by option 1 at stage s, for t < n and t = n: shape (n, 2)
-    req_forward: np.ndarray  # slots needed by F_ck s (index 0 of column) / F_n i
+    act: tuple[int, ...]
+    act_slots: np.ndarray
+    g_slots: np.ndarray
+    saved_slots: np.ndarray
+    record_bytes: np.ndarray
+    forward_slots: np.ndarray
 
 
 def _ceil_div(value: int, slot: int) -> int:
@@ -87,15 +110,17 @@ def chain_sizes(profile: ChainProfile, slot: int) -> Sizes:
     act_slots = np.array([_ceil_div(a, slot) for a in act], dtype=np.int64)
     g_slots = np.array([act[t] // slot for t in range(n)] + [0], dtype=np.int64)
     saved_slots = np.array([_ceil_div(s.saved_size, slot) for s in st], dtype=np.int64)
-    req_record = np.zeros((n, 2), dtype=np.int64)
-    for s in range(n):
-        record = st[s].saved_size + st[s].forward_overhead
-        backward = st[s].saved_size + act[s + 1] + act[s] + st[s].backward_overhead
-        # column 0: segment ends at t < n (g'_t = a_t subtracted later per t); here we store
-        # the part independent of t and handle g'_t in _req_record below.
-        req_record[s, 0] = record
-        req_record[s, 1] = backward
-    req_forward = np.array(
+    record_bytes = np.array(
+        [
+            [
+                st[s].saved_size + st[s].forward_overhead,
+                st[s].saved_size + act[s + 1] + act[s] + st[s].backward_overhead,
+            ]
+            for s in range(n)
+        ],
+        dtype=np.int64,
+    ).reshape(n, 2)
+    forward_slots = np.array(
         [
             [
                 _ceil_div(act[i + 1] + st[i].forward_overhead, slot),
@@ -105,14 +130,16 @@ def chain_sizes(profile: ChainProfile, slot: int) -> Sizes:
         ],
         dtype=np.int64,
     ).reshape(n, 2)
-    return Sizes(slot, act, act_slots, g_slots, saved_slots, req_record, req_forward)
+    return Sizes(slot, act, act_slots, g_slots, saved_slots, record_bytes, forward_slots)
 
 
 def record_requirement(sizes: Sizes, s: int, t: int, n: int) -> int:
-    """Slots that option 1 (``F_all s`` ... ``B s``) needs locally in segment ``[s, t)``."""
+    """Slots that option 1 (``F_all s`` ... ``B s``) needs at its own ops in segment ``[s, t)``:
+    the combined byte amounts are rounded up once (tighter than rounding each size)."""
     g = sizes.act[t] if t < n else 0
     return max(
-        _ceil_div(int(sizes.req_record[s, 0]), sizes.slot), _ceil_div(int(sizes.req_record[s, 1]) - g, sizes.slot)
+        _ceil_div(int(sizes.record_bytes[s, 0]), sizes.slot),
+        _ceil_div(int(sizes.record_bytes[s, 1]) - g, sizes.slot),
     )
 
 
@@ -140,12 +167,15 @@ class Table:
     decisions: dict[tuple[int, int], np.ndarray]
 
     def decision(self, s: int, t: int, k: int) -> int:
-        """0 to record stage s, or j to checkpoint a[j]; -1 if (s, t, k) is infeasible."""
+        """0 to record stage s, j to checkpoint a[j], STORE_ALL to record the whole segment;
+        -1 if (s, t, k) is infeasible."""
         lo = int(self.lo[s, t])
         if k < lo:
             return -1
-        if k >= self.hi[s, t] or t == s + 1:
+        if t == s + 1:
             return 0
+        if k >= self.hi[s, t]:
+            return STORE_ALL
         return int(self.decisions[(s, t)][k - lo])
 
 
@@ -176,12 +206,19 @@ def build_table(profile: ChainProfile, slot: int, slots: int) -> Table:
     decisions: dict[tuple[int, int], np.ndarray] = {}
     top = np.full(W, np.inf)
     ks = np.arange(W, dtype=np.int64)
-    fwd_first = sizes.req_forward[:, 0].tolist()
-    fwd_next = sizes.req_forward[:, 1].tolist()
+    fwd_first = sizes.forward_slots[:, 0].tolist()
+    fwd_next = sizes.forward_slots[:, 1].tolist()
     A_list = A.tolist()
     G_list = G.tolist()
     SV_list = SV.tolist()
     width_all = W + gmax
+    # x_bytes[s][t]: bytes of free memory the store-all schedule of segment [s, t) needs
+    x_bytes = [[0] * (n + 1) for _ in range(n + 1)]
+    act = sizes.act
+    rec_fwd = sizes.record_bytes[:, 0].tolist()  # sv_s + fo_s
+    rec_bwd = sizes.record_bytes[:, 1].tolist()  # sv_s + a_{s+1} + a_s + bo_s
+    stage_fo = [st.forward_overhead for st in profile.stages]
+    fb_list = fb_cum.tolist()
     for s in range(n - 1, -1, -1):
         # row[k', j] = C(s, j, k' - A_j) + F(s, j), k' up to K + gmax, where F(s, j) is the time
         # of F_ck s, F_n s+1 .. F_n j-1. Values past K clamp to C(s, j, K): using less memory
@@ -197,23 +234,34 @@ def build_table(profile: ChainProfile, slot: int, slots: int) -> Table:
         fwd_req_list = fwd_req.tolist()
         fsum = (fcum - fcum[s]).tolist()
         lo_row = lo[s]
+        x_row = x_bytes[s]
+        x_next = x_bytes[s + 1]
         lo_next = lo[s + 1].tolist()
-        hi_next = hi[s + 1].tolist()
         fb_s = np.float32(f[s] + b[s])
+        fb_s_cum = fb_list[s]
+        rec_fwd_s = rec_fwd[s]
+        rec_bwd_s = rec_bwd[s]
+        req_fwd_s = max(0, -(-rec_fwd_s // slot))
+        saved_s = rec_fwd_s - stage_fo[s]
         a_s = A_list[s]
         sv_s = SV_list[s]
         for t in range(s + 1, n + 1):
-            req1 = record_requirement(sizes, s, t, n)
-            seg_all = fb_cum[t] - fb_cum[s]
+            g_bytes = act[t] if t < n else 0
+            # record_requirement(sizes, s, t, n), inlined: this loop runs n^2/2 times
+            req1 = max(req_fwd_s, -(-(rec_bwd_s - g_bytes) // slot))
+            seg_all = fb_list[t] - fb_s_cum
             lo1 = max(req1, sv_s + lo_next[t])
-            hi_st = max(req1, sv_s + hi_next[t])
+            # store-all of the segment needs x bytes free, counted exactly then rounded up once
+            x = max(rec_fwd_s, saved_s + x_next[t], rec_bwd_s - g_bytes)
+            x_row[t] = x
+            hi_st = -(-x // slot)
             g_t = G_list[t]
             if t > s + 1:
                 aj = A[s + 1 : t]
                 lo2 = np.maximum(np.maximum(fwd_req[s + 1 : t], aj + lo[s + 1 : t, t]), lo_row[s + 1 : t] + (aj - g_t))
-                lo_st = min(lo1, int(lo2.min()))
+                lo_st = min(lo1, int(lo2.min()), hi_st)
             else:
-                lo_st = lo1
+                lo_st = min(lo1, hi_st)
             lo_row[t] = lo_st
             hi[s, t] = hi_st
             start = min(lo_st, W)
@@ -230,19 +278,35 @@ def build_table(profile: ChainProfile, slot: int, slots: int) -> Table:
                 if first < stop:
                     opt1[first - start :] = col[t][first + shift : stop + shift, s + 1]
                     opt1 += fb_s
-                # option 2, all j at once: cand[k, j]
-                cand = col[t][start:stop, s + 1 : t] + row[start + g_t : stop + g_t, s + 1 : t]
-                need_top = fwd_req_list[t - 1]
-                if need_top > start:
-                    # forwards F_ck s .. F_n j-1 must fit too: mask j whose requirement exceeds k
-                    low = min(need_top, stop) - start
-                    cand[:low][ks[start : start + low, None] < fwd_req[None, s + 1 : t]] = INF
-                best = cand.argmin(axis=1)
-                opt2 = cand[ks[:width], best]
-                use1 = opt1 <= opt2
-                chosen = np.where(use1, opt1, opt2)
-                dec = (best + (s + 1)).astype(np.int16)
-                dec[use1] = 0
+                # option 2, blocks of j at once: cand[k, j]. Any candidate j costs at least
+                # SA(s, t) + F(s, j) (both subsegments at store-all speed), so once that bound
+                # reaches the best found at level k, no later j can win there: later blocks only
+                # visit the levels that can still improve (an exact pruning).
+                chosen = opt1
+                dec = np.zeros(width, dtype=np.int16)
+                j0 = s + 1
+                while j0 < t:
+                    j1 = min(t, j0 + _BLOCK)
+                    kstop = stop
+                    if j0 > s + 1:
+                        bound = seg_all + fsum[j0]
+                        improvable = np.flatnonzero(chosen > bound + 1e-5 * bound)
+                        if improvable.size == 0:
+                            break
+                        kstop = start + int(improvable[-1]) + 1
+                    span = kstop - start
+                    cand = col[t][start:kstop, j0:j1] + row[start + g_t : kstop + g_t, j0:j1]
+                    need_top = fwd_req_list[j1 - 1]
+                    if need_top > start:
+                        # forwards F_ck s .. F_n j-1 must fit too: mask j whose requirement exceeds k
+                        low = min(need_top, kstop) - start
+                        cand[:low][ks[start : start + low, None] < fwd_req[None, j0:j1]] = INF
+                    best = cand.argmin(axis=1)
+                    found = cand[ks[:span], best]
+                    better = found < chosen[:span]
+                    chosen[:span][better] = found[better]
+                    dec[:span][better] = best[better] + j0
+                    j0 = j1
                 dec[chosen == INF] = -1
                 decisions[(s, t)] = dec
                 values[start:stop] = chosen
