@@ -54,9 +54,11 @@ def solve(
     workers = default_workers() if workers is None else int(workers)
     floor = memory_lower_bound(profile)
     if budget < floor:
-        raise InfeasibleBudgetError(
-            NAME, budget, floor, "computing some node needs it and all its inputs in memory at once (a lower bound)"
-        )
+        if best_baseline_plan(profile, floor) is not None:
+            detail = "computing some node needs it and all its inputs in memory at once, and a schedule fits that"
+        else:
+            detail = "a lower bound: computing some node needs it and all its inputs in memory at once"
+        raise InfeasibleBudgetError(NAME, budget, floor, detail)
     total = profile.store_all_compute_ms
     warm = best_baseline_plan(profile, budget)
     if warm is not None and plan_peak(profile, warm[1]) <= budget and warm[1].cost_ms(profile) <= total:
