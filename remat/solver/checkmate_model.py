@@ -33,11 +33,27 @@ of its store-all peak, warm start chen-sqrt = 229.27 ms, 20 s per run:
 ==========================  ============  ===============
 backend                     best (ms)     bound (ms)
 ==========================  ============  ===============
-CP-SAT, 1 worker            229.27        179.27
+CP-SAT, 1 worker (10 s)     229.27        179.27
 CP-SAT, 2 workers           210.53        179.27
 CP-SAT, 8 workers           209.14        194.71
 SCIP (pywraplp, hinted)     229.27        192.82
 HiGHS (pywraplp)            none          none (and it segfaults when given a hint)
+==========================  ============  ===============
+
+The U-Net graph of examples/graph_unet.json (63 nodes) at 70% of its store-all peak, warm start
+59293 ms (``python benchmarks/ilp_speed.py --compare-backends --graphs unet --budgets 70
+--limits 30`` plus two runs with other CP-SAT parameters), 30 s per run:
+
+==========================  ============  ===============
+backend                     best (ms)     bound (ms)
+==========================  ============  ===============
+CP-SAT, 1 worker            59292         46810
+CP-SAT, 2 workers           55976         46810
+CP-SAT, 8 workers           49553         46969
+CP-SAT, 16 workers          50605         46969
+CP-SAT, 8 w., lin. level 2  53636         46969
+SCIP (pywraplp, hinted)     59293         46899
+HiGHS (pywraplp, no hint)   none          none
 ==========================  ============  ===============
 
 CP-SAT with 8 workers finds the best schedule and the best bound; its portfolio (LP-based
