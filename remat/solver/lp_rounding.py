@@ -1,6 +1,6 @@
 """``lp-rounding``: Checkmate's LP relaxation and two-phase rounding (Jain et al. 2020, section 5).
 
-Solve the LP relaxation of the MILP in :mod:`remat.solver.checkmate_model` (OR-Tools GLOP), round
+Solve the LP relaxation of the MILP in :mod:`remat.solver.checkmate_model` (OR-Tools, HiGHS's LP solver), round
 the fractional S (deterministically at a few thresholds, and randomly with S as probabilities,
 seeded), then recompute the cheapest R for each rounded S (:func:`plan_from_s`: with S fixed,
 every computation it implies is forced). The cheapest rounded schedule within the budget wins.
