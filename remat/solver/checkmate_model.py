@@ -150,6 +150,9 @@ class _Model:
             if self.m is None:
                 raise RuntimeError(f"OR-Tools has no {name} solver")
             self.m.SuppressOutput()
+            if relax:
+                # Keeps HiGHS from printing its banner on stdout at each solve.
+                self.m.SetSolverSpecificParametersAsString("output_flag=false")
         self.count = 0
         preds = profile.predecessors
         succs = profile.successors

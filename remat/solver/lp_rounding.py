@@ -7,7 +7,7 @@ every computation it implies is forced). The cheapest rounded schedule within th
 The LP value is a proven lower bound on the optimum (``extra["lower_bound_ms"]``, with ``gap``).
 
 Rounding ignores the memory constraint, so a rounded schedule can exceed the budget; Checkmate
-reports the same. If every candidate does, the LP is solved again at 0.9, 0.8 and 0.7 times the
+reports the same. If every candidate does, the LP is solved again at 0.9, 0.8, ..., 0.5 times the
 budget and rounded again (the bound stays the LP value at the real budget). If still none
 fits, the strategy raises :class:`InfeasibleBudgetError` saying so (the budget may well be
 feasible: use ``ilp``). Units: bytes, milliseconds, seconds.
@@ -28,7 +28,7 @@ from remat.solver.graph_stages import memory_lower_bound, plan_from_s, plan_ops,
 NAME = "lp-rounding"
 THRESHOLDS = (0.5, 0.25, 0.1, 0.01, 0.75, 0.9)
 RANDOM_SAMPLES = 16
-SHRINK = (1.0, 0.9, 0.8, 0.7)
+SHRINK = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5)
 
 
 def solve(profile: GraphProfile, budget: int, time_limit: float = 60.0) -> Schedule:
