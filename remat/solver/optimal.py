@@ -263,9 +263,7 @@ def optimal_front(profile: ChainProfile, slots: int = DEFAULT_SLOTS, progress: b
             )
         )
     peak_all = store_all_peak(profile)
-    points.append(
-        FrontPoint(NAME, peak_all, peak_all, profile.store_all_compute_ms, 0.0, checkpoints=0)
-    )
+    points.append(FrontPoint(NAME, peak_all, peak_all, profile.store_all_compute_ms, 0.0, checkpoints=0))
     return pareto_filter(points)
 
 
