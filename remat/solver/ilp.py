@@ -4,10 +4,12 @@ Optimal among frontier-advancing schedules (stage t computes node t last, recomp
 before it in index order; see :mod:`remat.solver.checkmate_model`), which is Checkmate's claim
 too: with the profile's fixed topological order, not over every possible op order.
 
-The solver is warm-started with the cheapest graph baseline that fits (store-all, chen-sqrt,
-chen-greedy), so a time-limited solve always returns a schedule when a baseline fits; the
-schedule's ``extra`` reports ``status`` (optimal / feasible), ``lower_bound_ms`` (proven),
-``gap`` = (compute_ms - lower_bound_ms) / compute_ms, ``solve_seconds`` and the warm start.
+The solver is warm-started with the cheaper of the best graph baseline that fits (store-all,
+chen-sqrt, chen-greedy and greedy variants) and Checkmate's LP rounding (given 30% of the time
+limit), so a time-limited solve always returns a schedule when either fits. The schedule's
+``extra`` reports ``status`` (optimal / feasible), ``lower_bound_ms`` (the larger of CP-SAT's
+bound and the LP value, both proven), ``gap`` = (compute_ms - lower_bound_ms) / compute_ms,
+``solve_seconds`` (LP + CP-SAT) and the warm start.
 Units: bytes, milliseconds, seconds for the time limit.
 """
 
