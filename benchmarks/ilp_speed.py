@@ -185,7 +185,9 @@ def main() -> None:
         previous = json.loads(out.read_text())
         data["runs"] = previous.get("runs", [])
         data["backends"] = previous.get("backends", [])
-        data["previous_machine"] = previous.get("machine")
+        # One machine record per invocation (load differs between them).
+        data["machines"] = previous.get("machines") or [m for m in (previous.get("machine"),) if m]
+        data["machines"].append(data["machine"])
     if args.compare_backends:
         data["backends"] += compare_backends(names, percents, limits[0], args.workers)
     else:

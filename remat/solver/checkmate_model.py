@@ -33,11 +33,27 @@ of its store-all peak, warm start chen-sqrt = 229.27 ms, 20 s per run:
 ==========================  ============  ===============
 backend                     best (ms)     bound (ms)
 ==========================  ============  ===============
-CP-SAT, 1 worker            229.27        179.27
+CP-SAT, 1 worker (10 s)     229.27        179.27
 CP-SAT, 2 workers           210.53        179.27
 CP-SAT, 8 workers           209.14        194.71
 SCIP (pywraplp, hinted)     229.27        192.82
 HiGHS (pywraplp)            none          none (and it segfaults when given a hint)
+==========================  ============  ===============
+
+The U-Net graph of examples/graph_unet.json (63 nodes) at 70% of its store-all peak, warm start
+59293 ms (``python benchmarks/ilp_speed.py --compare-backends --graphs unet --budgets 70
+--limits 30`` plus two runs with other CP-SAT parameters), 30 s per run:
+
+==========================  ============  ===============
+backend                     best (ms)     bound (ms)
+==========================  ============  ===============
+CP-SAT, 1 worker            59292         46810
+CP-SAT, 2 workers           55976         46810
+CP-SAT, 8 workers           49553         46969
+CP-SAT, 16 workers          50605         46969
+CP-SAT, 8 w., lin. level 2  53636         46969
+SCIP (pywraplp, hinted)     59293         46899
+HiGHS (pywraplp, no hint)   none          none
 ==========================  ============  ===============
 
 CP-SAT with 8 workers finds the best schedule and the best bound; its portfolio (LP-based
@@ -127,10 +143,16 @@ class _Model:
 
             name = {"scip": "SCIP", "highs": "HIGHS"}[backend]
             if relax:
-                name = "GLOP"
+                # HiGHS's LP solver: 3.4 s on the U-Net graph's relaxation where GLOP did not
+                # finish in 60 s and PDLP took 70 s (same value, 46842.4 ms).
+                name = "HIGHS_LP"
             self.m = pywraplp.Solver.CreateSolver(name)
             if self.m is None:
                 raise RuntimeError(f"OR-Tools has no {name} solver")
+            self.m.SuppressOutput()
+            if relax:
+                # Keeps HiGHS from printing its banner on stdout at each solve.
+                self.m.SetSolverSpecificParametersAsString("output_flag=false")
         self.count = 0
         preds = profile.predecessors
         succs = profile.successors
@@ -343,7 +365,7 @@ def minimum_peak(
 
 
 def solve_relaxation(profile: GraphProfile, budget: int, time_limit: float) -> tuple[str, float | None, list[dict]]:
-    """The LP relaxation (GLOP): status, LP value in milliseconds (a lower bound on the ILP optimum
+    """The LP relaxation (HiGHS LP): status, LP value in milliseconds (a lower bound on the ILP optimum
     when optimal), and the fractional S[t, i] as one dict per stage."""
     model = _Model(profile, budget, "scip", relax=True)
     status, bound, _ = model.solve(time_limit, 1)

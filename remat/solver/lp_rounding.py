@@ -1,13 +1,13 @@
 """``lp-rounding``: Checkmate's LP relaxation and two-phase rounding (Jain et al. 2020, section 5).
 
-Solve the LP relaxation of the MILP in :mod:`remat.solver.checkmate_model` (OR-Tools GLOP), round
+Solve the LP relaxation of the MILP in :mod:`remat.solver.checkmate_model` (OR-Tools, HiGHS's LP solver), round
 the fractional S (deterministically at a few thresholds, and randomly with S as probabilities,
 seeded), then recompute the cheapest R for each rounded S (:func:`plan_from_s`: with S fixed,
 every computation it implies is forced). The cheapest rounded schedule within the budget wins.
 The LP value is a proven lower bound on the optimum (``extra["lower_bound_ms"]``, with ``gap``).
 
 Rounding ignores the memory constraint, so a rounded schedule can exceed the budget; Checkmate
-reports the same. If every candidate does, the LP is solved again at 0.9, 0.8 and 0.7 times the
+reports the same. If every candidate does, the LP is solved again at 0.9, 0.8, ..., 0.5 times the
 budget and rounded again (the bound stays the LP value at the real budget). If still none
 fits, the strategy raises :class:`InfeasibleBudgetError` saying so (the budget may well be
 feasible: use ``ilp``). Units: bytes, milliseconds, seconds.
@@ -17,18 +17,19 @@ from __future__ import annotations
 
 import random
 import time
+from dataclasses import dataclass
 
 from remat.schedules import GraphProfile, InfeasibleBudgetError, Schedule
 from remat.schedules.units import format_size
 from remat.solver.checkmate_model import solve_relaxation
 from remat.solver.common import Strategy, make_schedule, require_graph
 from remat.solver.graph_baselines import store_all_plan
-from remat.solver.graph_stages import memory_lower_bound, plan_from_s, plan_ops, plan_peak
+from remat.solver.graph_stages import StagePlan, memory_lower_bound, plan_from_s, plan_ops, plan_peak
 
 NAME = "lp-rounding"
 THRESHOLDS = (0.5, 0.25, 0.1, 0.01, 0.75, 0.9)
 RANDOM_SAMPLES = 16
-SHRINK = (1.0, 0.9, 0.8, 0.7)
+SHRINK = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5)
 
 
 def solve(profile: GraphProfile, budget: int, time_limit: float = 60.0) -> Schedule:
@@ -43,14 +44,47 @@ def solve(profile: GraphProfile, budget: int, time_limit: float = 60.0) -> Sched
     base = store_all_plan(profile)
     if plan_peak(profile, base) <= budget:
         return _finish(profile, budget, base, total, {"lp_status": "not needed (store-all fits)"})
-    start = time.perf_counter()
-    status, value, fractional = solve_relaxation(profile, budget, time_limit)
-    if status == "infeasible":
+    result = round_relaxation(profile, budget, time_limit)
+    if result.status == "infeasible":
         from remat.solver.ilp import infeasible
 
         raise infeasible(profile, budget, NAME, min(time_limit, 10.0), 1)
-    if value is None:
+    if result.value is None:
         raise InfeasibleBudgetError(NAME, budget, None, f"the LP relaxation did not solve within {time_limit:g} s")
+    if result.plan is None:
+        raise InfeasibleBudgetError(
+            NAME,
+            budget,
+            None,
+            f"every rounding of the LP exceeds the budget, the lowest peaks at {format_size(result.lowest_peak)} "
+            f"({result.lowest_peak} bytes); the budget may still be feasible: try the 'ilp' strategy",
+        )
+    extra = {"lp_status": result.status, "lp_seconds": round(result.seconds, 3), "rounding": result.how}
+    return _finish(profile, budget, result.plan, min(result.value, result.plan.cost_ms(profile)), extra)
+
+
+@dataclass(frozen=True)
+class Rounded:
+    """LP relaxation + rounding outcome: LP status and value (ms, a lower bound when optimal), the
+    cheapest rounded plan within the budget (or None), how it was rounded, the lowest peak
+    (bytes) of any rounding tried, and the seconds spent."""
+
+    status: str
+    value: float | None
+    plan: StagePlan | None
+    how: str
+    lowest_peak: int | None
+    seconds: float
+
+
+def round_relaxation(profile: GraphProfile, budget: int, time_limit: float) -> Rounded:
+    """Solve the LP at ``budget`` bytes and round it (shrinking the LP's budget if no rounding
+    fits), all within about ``time_limit`` seconds."""
+    start = time.perf_counter()
+    floor = memory_lower_bound(profile)
+    status, value, fractional = solve_relaxation(profile, budget, time_limit)
+    if value is None:
+        return Rounded(status, None, None, "", None, time.perf_counter() - start)
     scored: list = []
     fitting: list = []
     # Rounding ignores memory, so if nothing fits, round the LP of a smaller budget: its rounded
@@ -58,9 +92,10 @@ def solve(profile: GraphProfile, budget: int, time_limit: float = 60.0) -> Sched
     for factor in SHRINK:
         if factor < 1.0:
             shrunk = int(budget * factor)
-            if shrunk < floor:
+            left = time_limit - (time.perf_counter() - start)
+            if shrunk < floor or left < 1.0:
                 break
-            status_f, _, fractional = solve_relaxation(profile, shrunk, time_limit)
+            status_f, _, fractional = solve_relaxation(profile, shrunk, left)
             if status_f != "optimal":
                 break
         for how, plan in _roundings(profile, fractional):
@@ -70,19 +105,12 @@ def solve(profile: GraphProfile, budget: int, time_limit: float = 60.0) -> Sched
                 fitting.append(candidate)
         if fitting:
             break
-    lp_seconds = time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    lowest = min(c[1] for c in scored) if scored else None
     if not fitting:
-        best_peak = min(c[1] for c in scored)
-        raise InfeasibleBudgetError(
-            NAME,
-            budget,
-            None,
-            f"every rounding of the LP exceeds the budget, the lowest peaks at {format_size(best_peak)} "
-            f"({best_peak} bytes); the budget may still be feasible: try the 'ilp' strategy",
-        )
+        return Rounded(status, value, None, "", lowest, seconds)
     cost, _, how, plan = min(fitting, key=lambda c: (c[0], c[1]))
-    extra = {"lp_status": status, "lp_seconds": round(lp_seconds, 3), "rounding": how}
-    return _finish(profile, budget, plan, min(value, cost), extra)
+    return Rounded(status, value, plan, how, lowest, seconds)
 
 
 def _roundings(profile: GraphProfile, fractional: list[dict]):
