@@ -10,15 +10,14 @@ graph node                time_ms                size (bytes)       inputs
 ``loss_grad`` (g_n)       0                      output of stage n-1  ``F{n-1}``
 ``B{i}`` (backward)       backward_ms            size of a_i (g_i)  ``F{i}`` (abar[i+1]), ``F{i-1}`` (a_i),
                                                                     ``B{i+1}`` or ``loss_grad`` (g[i+1])
-``F{i}.tmp``/``B{i}.tmp``  0                     the overhead       (only when the stage's overhead > 0)
 ========================  =====================  =================  =====================================
 
 * The input a_0 is not a node: the chain holds it for the whole step and no op frees it, so it is
   a constant ``input_size`` bytes: chain peak = graph peak + ``metadata["memory_offset"]``.
   (As a zero-cost node it would let the graph free and "recompute" the input for nothing.)
-* A transient overhead becomes a zero-cost source node computed right before its op (it is
-  just before it in the node order) and read by it, so the graph peak right after the op is
-  before + output + overhead, as in the chain; it is freed after the op.
+* A stage's ``forward_overhead`` / ``backward_overhead`` is the ``overhead`` of ``F{i}`` / ``B{i}``:
+  the graph peak of the compute is before + output + overhead, as the chain's op peak.
+* ``loss_grad`` cannot be recomputed (``recompute`` false): in the chain, g[n] appears once.
 * A graph node has one output, so every forward is a *recording* forward holding saved_size
   bytes (abar[i+1] includes a_{i+1}). When ``saved_size == output_size`` for every stage the
   chain's F_ck and F_all hold the same bytes and the two models coincide operation for
@@ -41,30 +40,22 @@ def chain_to_graph(chain: ChainProfile) -> GraphProfile:
     forward: list[int] = []
     backward: dict[int, int] = {}
     for i, stage in enumerate(chain.stages):
-        tmp = None
-        if stage.forward_overhead > 0:
-            tmp = len(nodes)
-            nodes.append(GraphNode(f"F{i}.tmp", 0.0, stage.forward_overhead, False))
         index = len(nodes)
-        nodes.append(GraphNode(f"F{i}", stage.forward_ms, stage.saved_size, False))
+        nodes.append(GraphNode(f"F{i}", stage.forward_ms, stage.saved_size, False, overhead=stage.forward_overhead))
         if i > 0:
             edges.append((forward[i - 1], index))
-        if tmp is not None:
-            edges.append((tmp, index))
         forward.append(index)
     loss_grad = len(nodes)
-    nodes.append(GraphNode("loss_grad", 0.0, chain.activation_size(n), True))
+    nodes.append(GraphNode("loss_grad", 0.0, chain.activation_size(n), True, recompute=False))
     edges.append((forward[n - 1], loss_grad))
     previous = loss_grad
     for i in reversed(range(n)):
         stage = chain.stages[i]
-        tmp = None
-        if stage.backward_overhead > 0:
-            tmp = len(nodes)
-            nodes.append(GraphNode(f"B{i}.tmp", 0.0, stage.backward_overhead, True))
         index = len(nodes)
-        nodes.append(GraphNode(f"B{i}", stage.backward_ms, chain.activation_size(i), True))
-        inputs = [forward[i], previous] + ([forward[i - 1]] if i > 0 else []) + ([tmp] if tmp is not None else [])
+        nodes.append(
+            GraphNode(f"B{i}", stage.backward_ms, chain.activation_size(i), True, overhead=stage.backward_overhead)
+        )
+        inputs = [forward[i], previous] + ([forward[i - 1]] if i > 0 else [])
         edges.extend((u, index) for u in sorted(inputs))
         backward[i] = index
         previous = index
@@ -83,12 +74,7 @@ def chain_ops_to_graph_ops(chain: ChainProfile, graph: GraphProfile, ops: Sequen
     out: list[Op] = []
 
     def run(name: str) -> None:
-        tmp = index.get(f"{name}.tmp")
-        if tmp is not None:
-            out.append(("compute", tmp))
         out.append(("compute", index[name]))
-        if tmp is not None:
-            out.append(("free", tmp))
 
     for op, i in ops:
         if op in ("F_ck", "F_n", "F_all"):

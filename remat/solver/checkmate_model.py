@@ -17,12 +17,17 @@ Constraints:
 * FREE is exactly "R[t, k] and not S[t+1, i] and no consumer j > k of i computed in stage t"
   (Checkmate's num_hazards, written as one inequality per hazard, which is also a tighter LP);
 * memory, Checkmate's recursion: ``U[t, 0] = sum_i S[t, i] M_i + R[t, 0] M_0`` and
-  ``U[t, k] = U[t, k-1] - sum_i FREE[t, i, k-1] M_i + R[t, k] M_k``, ``U[t, k] <= budget``.
+  ``U[t, k] = U[t, k-1] - sum_i FREE[t, i, k-1] M_i + R[t, k] M_k``, ``U[t, k] <= budget``;
+  with a node's transient overhead O_k (bytes live only while k is computed, DESIGN's optional
+  ``overhead``): ``U[t, k] + O_k R[t, k] <= budget``;
+* a node that cannot be recomputed (``recompute`` false) is computed in its own stage only:
+  ``R[t, i] = 0`` for t > i, i.e. ``sum_t R[t, i] = 1``.
 
 This U is *exactly* the simulator's memory right after each compute (the simulator measures
-its peak there, including everything held; frees happen after): see :mod:`graph_stages`, whose
-``plan_memory`` is the same recursion in Python; every decoded schedule is checked by
-``make_schedule`` to have simulator peak == max U and simulator time == objective.
+its peak there, including everything held, plus the node's overhead; frees happen after): see
+:mod:`graph_stages`, whose ``plan_memory`` is the same recursion in Python; every decoded
+schedule is checked by ``make_schedule`` to have simulator peak == max (U + O R) and simulator
+time == objective.
 
 Objective: ``sum_t sum_i time_i R[t, i]`` (milliseconds).
 
@@ -72,7 +77,7 @@ from functools import reduce
 from typing import Any
 
 from remat.schedules import GraphProfile
-from remat.solver.graph_stages import StagePlan, free_points, plan_memory
+from remat.solver.graph_stages import StagePlan, free_points, plan_peak
 
 # See the measurement in the module docstring.
 BACKEND_CHOICE = "cp-sat"
@@ -124,12 +129,14 @@ class _Model:
         self.relax = relax
         n = profile.size
         sizes = [node.size for node in profile.nodes]
-        # Memory in units of the gcd of the sizes: exact, and smaller coefficients.
-        self.unit = reduce(math.gcd, [s for s in sizes if s > 0], 0) or 1
+        overheads = [node.overhead for node in profile.nodes]
+        # Memory in units of the gcd of the sizes and overheads: exact, and smaller coefficients.
+        self.unit = reduce(math.gcd, [s for s in sizes + overheads if s > 0], 0) or 1
         self.mem = [s // self.unit for s in sizes]
+        self.over = [o // self.unit for o in overheads]
         self.cap = budget // self.unit
         if minimize_peak:
-            self.cap = sum(self.mem)
+            self.cap = sum(self.mem) + max(self.over, default=0)
         slowest = max((node.time_ms for node in profile.nodes), default=0.0)
         self.scale = TIME_STEPS / slowest if slowest > 0 else 1.0
         self.cost = [math.floor(node.time_ms * self.scale) for node in profile.nodes]
@@ -162,7 +169,12 @@ class _Model:
         self.U: dict[tuple[int, int], Any] = {}
         for t in range(n):
             for i in range(t + 1):
-                self.R[t, i] = 1 if i == t else self._bool(f"R[{t},{i}]")
+                if i == t:
+                    self.R[t, i] = 1
+                elif not profile.nodes[i].recompute:
+                    self.R[t, i] = 0  # computed in its own stage only
+                else:
+                    self.R[t, i] = self._bool(f"R[{t},{i}]")
             for i in range(t):
                 self.S[t, i] = self._bool(f"S[{t},{i}]")
         add = self._add
@@ -195,11 +207,15 @@ class _Model:
                 else:
                     freed = sum(self.FREE[t, i, k - 1] * self.mem[i] for i in (*preds[k - 1], k - 1))
                     add(u == previous - freed + self.R[t, k] * self.mem[k])
+                if self.over[k] and not isinstance(self.R[t, k], int):
+                    add(u + self.over[k] * self.R[t, k] <= self.cap)
+                elif self.over[k] and self.R[t, k] == 1:
+                    add(u <= self.cap - self.over[k])
                 previous = u
         if minimize_peak:
             self.peak = self._int(0, self.cap, "peak")
-            for u in self.U.values():
-                add(self.peak >= u)
+            for (t, k), u in self.U.items():
+                add(self.peak >= u + self.over[k] * self.R[t, k])
             self.m.Minimize(self.peak)
             self.scale = 1.0 / self.unit  # so that bound / scale is in bytes
         else:
@@ -355,11 +371,11 @@ def minimum_peak(
     model = _Model(profile, 0, BACKEND_CHOICE, minimize_peak=True)
     if hint is not None:
         model.hint(hint)
-        model.m.AddHint(model.peak, max(plan_memory(profile, hint).values()) // model.unit)
+        model.m.AddHint(model.peak, plan_peak(profile, hint) // model.unit)
     status, bound, _ = model.solve(time_limit, workers)
     best = None
     if status in ("optimal", "feasible"):
-        best = max(plan_memory(profile, model.plan()).values())
+        best = plan_peak(profile, model.plan())
     lower = None if bound is None else math.ceil(round(bound, 6)) * model.unit
     return best, lower, status
 

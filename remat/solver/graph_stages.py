@@ -13,8 +13,14 @@ the stage (the last computed consumer, or its own computation if no consumer in 
 it); a node held at the start of the stage that nothing in the stage reads and that is not kept
 is freed at the end of the stage. :func:`plan_ops` turns a plan into DESIGN's compute/free ops
 with exactly these frees, and :func:`plan_memory` computes Checkmate's U[t, k] (bytes held right
-after computing k in stage t) the same way, so ``max U`` equals the simulator's peak: the ILP's
-memory constraints are the simulator's, not an approximation of them.
+after computing k in stage t) the same way, so ``max (U[t, k] + overhead_k)`` equals the
+simulator's peak (a node's optional ``overhead`` is transient: live only while it is computed):
+the ILP's memory constraints are the simulator's, not an approximation of them.
+
+A node with ``recompute`` false (the output gradient of a real model's graph) is computed only
+in its own stage. The plans built here (:func:`plan_from_s`, :func:`plan_from_policy`) keep it,
+and its direct consumers, from their stage until their last consumer: recomputing a consumer
+later would need the node again.
 
 Units: bytes and milliseconds.
 """
@@ -58,6 +64,9 @@ class StagePlan:
                         raise ScheduleError(f"stage plan: stage {t} computes {v} without its input {u}")
             if t + 1 < n and not self.S[t + 1] <= (self.R[t] | self.S[t]):
                 raise ScheduleError(f"stage plan: S[{t + 1}] keeps nodes stage {t} does not hold")
+            again = sorted(i for i in self.R[t] if i != t and not profile.nodes[i].recompute)
+            if again:
+                raise ScheduleError(f"stage plan: stage {t} recomputes node {again[0]}, which cannot be recomputed")
 
 
 def free_points(profile: GraphProfile, plan: StagePlan, t: int) -> tuple[dict[int, list[int]], list[int]]:
@@ -113,8 +122,17 @@ def plan_memory(profile: GraphProfile, plan: StagePlan) -> dict[tuple[int, int],
 
 
 def plan_peak(profile: GraphProfile, plan: StagePlan) -> int:
-    """max U: the peak memory (bytes) of the plan, equal to the simulator's peak of :func:`plan_ops`."""
-    return max(plan_memory(profile, plan).values())
+    """max (U[t, k] + overhead_k): the peak memory (bytes) of the plan, equal to the simulator's
+    peak of :func:`plan_ops` (the transient overhead of k is live only while k is computed)."""
+    nodes = profile.nodes
+    return max(held + nodes[k].overhead for (_, k), held in plan_memory(profile, plan).items())
+
+
+def pinned(profile: GraphProfile) -> frozenset[int]:
+    """The nodes that may not be recomputed (``recompute`` false) and their direct consumers:
+    a heuristic plan keeps these from their stage to their last use, so it never needs one again."""
+    once = [v for v, node in enumerate(profile.nodes) if not node.recompute]
+    return frozenset(once) | frozenset(w for v in once for w in profile.successors[v])
 
 
 def plan_from_ops(profile: GraphProfile, ops: Sequence[Op]) -> StagePlan | None:
@@ -178,7 +196,9 @@ def plan_from_s(profile: GraphProfile, S: Sequence[frozenset[int]] | Sequence[se
     """
     n = profile.size
     last_use = [max(profile.successors[i], default=-1) for i in range(n)]
-    wish = [frozenset(i for i in S[t] if i < t and last_use[i] >= t) for t in range(n)] if n else []
+    once = pinned(profile)
+    # a node that cannot be recomputed (and its consumers) is kept until its last use, whatever S says
+    wish = [frozenset(i for i in set(S[t]) | once if i < t and last_use[i] >= t) for t in range(n)]
     R: list[frozenset[int]] = []
     held_list: list[frozenset[int]] = [frozenset()]
     for t in range(n):
@@ -197,6 +217,7 @@ def plan_from_policy(profile: GraphProfile, keep: Callable[[int, int, frozenset[
     ``keep(i, t, computed_in_stage_t)``."""
     n = profile.size
     last_use = [max(profile.successors[i], default=-1) for i in range(n)]
+    once = pinned(profile)
     R: list[frozenset[int]] = []
     S: list[frozenset[int]] = [frozenset()]
     for t in range(n):
@@ -204,13 +225,15 @@ def plan_from_policy(profile: GraphProfile, keep: Callable[[int, int, frozenset[
         computed = frozenset(needed_closure(profile, t, held))
         R.append(computed)
         if t + 1 < n:
-            S.append(frozenset(i for i in held | computed if last_use[i] > t and keep(i, t, computed)))
+            S.append(frozenset(i for i in held | computed if last_use[i] > t and (i in once or keep(i, t, computed))))
     return StagePlan(tuple(R), tuple(S))
 
 
 def memory_lower_bound(profile: GraphProfile) -> int:
     """A provable lower bound (bytes) on the peak of any valid schedule: computing node v needs
-    all its inputs held, and the peak is measured right after, so peak >= size(v) + sum of its
-    inputs' sizes for every v."""
+    all its inputs held, and the peak is measured right after (plus v's transient overhead), so
+    peak >= size(v) + overhead(v) + sum of its inputs' sizes for every v."""
     size = [node.size for node in profile.nodes]
-    return max(size[v] + sum(size[u] for u in profile.predecessors[v]) for v in range(profile.size))
+    return max(
+        size[v] + profile.nodes[v].overhead + sum(size[u] for u in profile.predecessors[v]) for v in range(profile.size)
+    )

@@ -144,7 +144,8 @@ def _finish(
         NAME,
         plan_ops(profile, plan),
         claimed_compute_ms=cost,
-        claimed_peak_memory=max(memory.values()),
+        # the solver's U right after each compute, plus that node's transient overhead
+        claimed_peak_memory=max(held + profile.nodes[k].overhead for (_, k), held in memory.items()),
         extra=extra,
     )
 

@@ -19,7 +19,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from remat.schedules import GraphProfile, InfeasibleBudgetError, Schedule
+from remat.schedules import GraphProfile, InfeasibleBudgetError, Schedule, ScheduleError
 from remat.schedules.units import format_size
 from remat.solver.checkmate_model import solve_relaxation
 from remat.solver.common import Strategy, make_schedule, require_graph
@@ -99,6 +99,10 @@ def round_relaxation(profile: GraphProfile, budget: int, time_limit: float) -> R
             if status_f != "optimal":
                 break
         for how, plan in _roundings(profile, fractional):
+            try:
+                plan.check(profile)  # safety net: a rounding must be a valid plan (the simulator checks it again)
+            except ScheduleError:
+                continue
             candidate = (plan.cost_ms(profile), plan_peak(profile, plan), f"{how}, LP at {factor:g} x budget", plan)
             scored.append(candidate)
             if candidate[1] <= budget:
