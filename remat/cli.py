@@ -72,7 +72,9 @@ def _elapsed_bar(profile, strategy: str, time_limit: float | None) -> Iterator[N
 
     total = float(time_limit) if time_limit else 60.0  # the ilp default; lp-rounding usually ends sooner
     done = threading.Event()
-    bar = tqdm(total=round(total), desc=f"{strategy} (time limit)", unit="s", file=sys.stderr, leave=False)
+    bar = tqdm(
+        total=round(total), desc=f"{strategy} (time limit)", unit="s", file=sys.stderr, leave=False, disable=None
+    )
     start = time.monotonic()
 
     def tick() -> None:
