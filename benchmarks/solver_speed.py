@@ -1,22 +1,28 @@
 """Speed of the ``optimal`` chain DP: the whole memory/compute front for chains of 50..1000 stages.
 
-For each chain length (a random heterogeneous chain, fixed seed) this measures, each size in its
-own subprocess so that peak RSS is per size:
+For each chain length (a random heterogeneous chain, fixed seed) this measures, each
+implementation in its own subprocess so that peak RSS is per size and per implementation:
 
-Times are wall-clock and CPU (process) seconds; the speed-up compares CPU times, which other
-jobs on a shared machine disturb less than wall-clock.
-
-* ``table_s``: filling the DP table for the store-all budget at ``--slots`` levels;
+* ``table_s``: filling the DP table for the store-all budget at ``--slots`` levels with the numba
+  kernel (:func:`remat.solver.optimal_table.build_table`, compiled code loaded from numba's cache);
 * ``front_s``: :func:`remat.solver.optimal.optimal_front` end to end (table + reading one schedule
-  back per level where the optimum improves);
-* peak RSS of that subprocess;
+  back per level where the optimum improves), and the peak RSS of that subprocess;
+* ``numpy_s``: the same table filled by the numpy-vectorized implementation the kernel replaced
+  (benchmarks/optimal_numpy.py), on the sizes given by ``--numpy``; its table must be identical
+  (same float32 optimum at every level, same decisions), and its own peak RSS;
 * ``reference_s``: a straightforward implementation of the same recurrence (pure-Python loops
   over segments, memory levels and split points, no skipping), on the sizes given by
   ``--reference`` only (it is cubic in the length times the slots and takes minutes beyond ~100
-  stages); its table must equal the vectorized one, and the speed-up is measured in the same run.
+  stages); its optimum must agree with the kernel's.
+
+Speed-ups compare CPU (process) times measured in the same run, which other jobs on a shared
+machine disturb less than wall-clock; both are printed. The kernel's one-time compile cost is
+measured separately: a subprocess with an empty ``NUMBA_CACHE_DIR`` (compile + a 10-stage
+table), then a second one with the cache it left (load + the same table).
 
 Usage: ``python benchmarks/solver_speed.py [--sizes 50,100,200,400,1000] [--slots 500]
-[--reference 50]``. Prints a table and writes benchmarks/results/solver_speed.json.
+[--numpy 50,100,200,400,1000] [--reference 50]``. Prints a table and writes
+benchmarks/results/solver_speed.json.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import random
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
@@ -127,30 +134,37 @@ def reference_top(profile: ChainProfile, slot: int, levels: int) -> list[float]:
     return C[0][n]
 
 
-def run_one(n: int, slots: int, reference: bool) -> dict:
-    """Measure one size in this process (called in a subprocess by main)."""
-    import numpy as np
-
-    from remat.solver.optimal import optimal_front
-    from remat.solver.optimal_table import build_table, slot_size
+def _sizes_for(profile: ChainProfile, slots: int) -> tuple[int, int]:
+    from remat.solver.optimal_table import slot_size
     from remat.solver.store_all import store_all_peak
 
-    profile = bench_chain(n)
     free = store_all_peak(profile) - profile.input_size
     slot = slot_size(free, slots)
-    levels = min(slots, free // slot)
+    return slot, min(slots, free // slot)
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_kernel(n: int, slots: int) -> dict:
+    """The numba kernel's table and the whole front, in this process (a subprocess of main)."""
+    from remat.solver.optimal import optimal_front
+    from remat.solver.optimal_table import build_table
+
+    profile = bench_chain(n)
+    slot, levels = _sizes_for(profile, slots)
+    build_table(bench_chain(3), 1_000_000, 10)  # load the compiled kernel from the cache first
     start, cpu = time.perf_counter(), time.process_time()
     table = build_table(profile, slot, levels)
     table_s, table_cpu_s = time.perf_counter() - start, time.process_time() - cpu
-    top = table.top.copy()
-    cells = int(sum(len(d) for d in table.decisions.values()))
+    top = table.top.tolist()
+    cells = int(table.flat.size)
     del table
     start, cpu = time.perf_counter(), time.process_time()
     front = optimal_front(profile, slots=slots)
     front_s, front_cpu_s = time.perf_counter() - start, time.process_time() - cpu
-    result = {
-        "stages": n,
-        "slots": slots,
+    return {
         "table_s": table_s,
         "table_cpu_s": table_cpu_s,
         "front_s": front_s,
@@ -158,21 +172,91 @@ def run_one(n: int, slots: int, reference: bool) -> dict:
         "front_points": len(front),
         "computed_cells": cells,
         "all_cells": n * (n + 1) // 2 * (levels + 1),
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": _rss_mb(),
+        "top": top,
     }
-    if reference:
-        start, cpu = time.perf_counter(), time.process_time()
-        ref = reference_top(profile, slot, levels)
-        result["reference_s"] = time.perf_counter() - start
-        result["reference_cpu_s"] = time.process_time() - cpu
-        result["speedup"] = result["reference_cpu_s"] / table_cpu_s
-        ref_arr = np.array(ref)
-        same_feasible = bool(np.array_equal(np.isfinite(ref_arr), np.isfinite(top)))
-        finite = np.isfinite(ref_arr)
-        rel = float(np.max(np.abs(ref_arr[finite] - top[finite]) / ref_arr[finite])) if finite.any() else 0.0
-        result["reference_agrees"] = same_feasible and rel < 1e-5
-        result["reference_max_rel_diff"] = rel
-    return result
+
+
+def run_numpy(n: int, slots: int) -> dict:
+    """The numpy-vectorized table (the previous implementation), in this process."""
+    from optimal_numpy import build_table_numpy
+
+    from remat.solver.optimal_table import build_table
+
+    profile = bench_chain(n)
+    slot, levels = _sizes_for(profile, slots)
+    start, cpu = time.perf_counter(), time.process_time()
+    table = build_table_numpy(profile, slot, levels)
+    numpy_s, numpy_cpu_s = time.perf_counter() - start, time.process_time() - cpu
+    rss = _rss_mb()
+    # identical tables: compare with the kernel's (filled after the numpy RSS was taken). On
+    # segments longer than 97 stages the numpy version's block pruning has a 1e-5 slack that can
+    # skip a split point within 1e-5 of its bound; then the kernel may find a slightly better cell.
+    import numpy as np
+
+    kernel = build_table(profile, slot, levels)
+    differing = 0
+    for (s, t), d in table.decisions.items():
+        differing += int(np.count_nonzero(kernel.segment_decisions(s, t) != d))
+    finite = np.isfinite(table.top)
+    rel = (table.top[finite] - kernel.top[finite]) / table.top[finite]
+    return {
+        "numpy_s": numpy_s,
+        "numpy_cpu_s": numpy_cpu_s,
+        "numpy_peak_rss_mb": rss,
+        "numpy_identical": bool(np.array_equal(kernel.top, table.top)) and differing == 0,
+        "numpy_differing_decisions": differing,
+        "numpy_top_levels_differing": int(np.count_nonzero(kernel.top != table.top)),
+        "numpy_top_max_rel_excess": float(rel.max()) if rel.size else 0.0,  # (numpy - kernel) / numpy
+        "kernel_top_never_above_numpy": bool(np.all(rel >= 0))
+        and bool(np.array_equal(finite, np.isfinite(kernel.top))),
+    }
+
+
+def run_reference(n: int, slots: int) -> dict:
+    profile = bench_chain(n)
+    slot, levels = _sizes_for(profile, slots)
+    start, cpu = time.perf_counter(), time.process_time()
+    ref = reference_top(profile, slot, levels)
+    return {"reference_s": time.perf_counter() - start, "reference_cpu_s": time.process_time() - cpu, "ref_top": ref}
+
+
+def run_compile() -> dict:
+    """First call of the kernel in this process: compile (empty cache) or load (warm cache)."""
+    start, cpu = time.perf_counter(), time.process_time()
+    from remat.solver.optimal_table import build_table
+
+    build_table(bench_chain(10), 1_000_000, 50)
+    return {"first_call_s": time.perf_counter() - start, "first_call_cpu_s": time.process_time() - cpu}
+
+
+def _subprocess(args: list[str], env: dict | None = None) -> dict:
+    command = [sys.executable, __file__, *args]
+    done = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def compile_times() -> dict:
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+        cold = _subprocess(["--part", "compile"], env)
+        warm = _subprocess(["--part", "compile"], env)
+    return {
+        "compile_s": cold["first_call_s"],
+        "compile_cpu_s": cold["first_call_cpu_s"],
+        "cached_load_s": warm["first_call_s"],
+        "cached_load_cpu_s": warm["first_call_cpu_s"],
+    }
+
+
+def _agreement(top: list[float], ref: list[float]) -> tuple[bool, float]:
+    import numpy as np
+
+    top_arr, ref_arr = np.array(top), np.array(ref)
+    same_feasible = bool(np.array_equal(np.isfinite(ref_arr), np.isfinite(top_arr)))
+    finite = np.isfinite(ref_arr)
+    rel = float(np.max(np.abs(ref_arr[finite] - top_arr[finite]) / ref_arr[finite])) if finite.any() else 0.0
+    return same_feasible and rel < 1e-5, rel
 
 
 def machine() -> dict:
@@ -188,6 +272,7 @@ def machine() -> dict:
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "numpy": version("numpy"),
+        "numba": version("numba"),
         "torch": version("torch"),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "load_average_at_start": list(os.getloadavg()),
@@ -199,46 +284,79 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="50,100,200,400,1000")
     parser.add_argument("--slots", type=int, default=500)
+    parser.add_argument("--numpy", default="50,100,200,400,1000", help="sizes on which to time the numpy version")
     parser.add_argument("--reference", default="50", help="sizes on which to time the pure-Python reference")
-    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--with-reference", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--part", choices=("kernel", "numpy", "reference", "compile"), help=argparse.SUPPRESS)
+    parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "solver_speed.json"))
     args = parser.parse_args(argv)
-    if args.one is not None:
-        print(json.dumps(run_one(args.one, args.slots, args.with_reference)))
+    if args.part is not None:
+        parts = {"kernel": run_kernel, "numpy": run_numpy, "reference": run_reference}
+        result = run_compile() if args.part == "compile" else parts[args.part](args.n, args.slots)
+        print(json.dumps(result))
         return 0
     sizes = [int(x) for x in args.sizes.split(",") if x]
-    reference = {int(x) for x in args.reference.split(",") if x}
+    with_numpy = {int(x) for x in args.numpy.split(",") if x}
+    with_reference = {int(x) for x in args.reference.split(",") if x}
     info = machine()
+    compiled = compile_times()
+    print(
+        f"numba kernel: first call with an empty cache {compiled['compile_s']:.1f} s "
+        f"({compiled['compile_cpu_s']:.1f} s CPU); with the cache {compiled['cached_load_s']:.2f} s "
+        f"({compiled['cached_load_cpu_s']:.2f} s CPU)"
+    )
     rows = []
     header = (
         f"{'stages':>6} {'table s':>8} {'(cpu)':>7} {'front s':>8} {'(cpu)':>7} {'points':>6} "
-        f"{'cells computed':>20} {'peak RSS MB':>11} {'reference s':>11} {'(cpu)':>7} {'speed-up':>8}"
+        f"{'cells computed':>20} {'RSS MB':>6} {'numpy s':>8} {'(cpu)':>7} {'RSS MB':>6} {'x':>5} "
+        f"{'reference s':>11} {'(cpu)':>7} {'x':>6}"
     )
     print(header)
     print("-" * len(header))
+    common = ["--slots", str(args.slots)]
     for n in sizes:
-        command = [sys.executable, __file__, "--one", str(n), "--slots", str(args.slots)]
-        if n in reference:
-            command.append("--with-reference")
-        done = subprocess.run(command, capture_output=True, text=True, check=True)
-        row = json.loads(done.stdout.strip().splitlines()[-1])
+        row = {"stages": n, "slots": args.slots}
+        row.update(_subprocess(["--part", "kernel", "--n", str(n), *common]))
+        top = row.pop("top")
+        numpy_cols = f"{'-':>8} {'-':>7} {'-':>6} {'-':>5}"
+        if n in with_numpy:
+            row.update(_subprocess(["--part", "numpy", "--n", str(n), *common]))
+            row["numpy_speedup"] = row["numpy_cpu_s"] / row["table_cpu_s"]
+            numpy_cols = (
+                f"{row['numpy_s']:>8.2f} {row['numpy_cpu_s']:>7.2f} {row['numpy_peak_rss_mb']:>6.0f} "
+                f"{row['numpy_speedup']:>4.1f}x"
+            )
+        ref_cols = f"{'-':>11} {'-':>7} {'-':>6}"
+        if n in with_reference:
+            ref = _subprocess(["--part", "reference", "--n", str(n), *common])
+            agrees, rel = _agreement(top, ref.pop("ref_top"))
+            row.update(ref)
+            row["reference_speedup"] = row["reference_cpu_s"] / row["table_cpu_s"]
+            row["reference_agrees"] = agrees
+            row["reference_max_rel_diff"] = rel
+            ref_cols = f"{row['reference_s']:>11.1f} {row['reference_cpu_s']:>7.1f} {row['reference_speedup']:>5.0f}x"
         rows.append(row)
-        if "reference_s" in row:
-            ref = f"{row['reference_s']:>11.1f} {row['reference_cpu_s']:>7.1f} {row['speedup']:>7.0f}x"
-        else:
-            ref = f"{'-':>11} {'-':>7} {'-':>8}"
         share = f"{row['computed_cells']:,} ({100 * row['computed_cells'] / row['all_cells']:.0f}%)"
         print(
             f"{n:>6} {row['table_s']:>8.2f} {row['table_cpu_s']:>7.2f} {row['front_s']:>8.2f} "
-            f"{row['front_cpu_s']:>7.2f} {row['front_points']:>6} {share:>20} {row['peak_rss_mb']:>11.0f} {ref}",
+            f"{row['front_cpu_s']:>7.2f} {row['front_points']:>6} {share:>20} {row['peak_rss_mb']:>6.0f} "
+            f"{numpy_cols} {ref_cols}",
             flush=True,
         )
-        if "reference_agrees" in row and not row["reference_agrees"]:
+        if n in with_numpy and not row["numpy_identical"]:
+            print(
+                f"  numpy table differs: {row['numpy_differing_decisions']:,} decisions, "
+                f"{row['numpy_top_levels_differing']} front levels, numpy above the kernel by at most "
+                f"{row['numpy_top_max_rel_excess']:.2g} (relative); kernel never above numpy: "
+                f"{row['kernel_top_never_above_numpy']}"
+            )
+        if n in with_reference and not row["reference_agrees"]:
             print(f"  reference DISAGREES (max relative difference {row['reference_max_rel_diff']:.3g})")
+    info["load_average_at_end"] = list(os.getloadavg())
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     with open(args.output, "w") as handle:
-        json.dump({"benchmark": "solver_speed", "machine": info, "results": rows}, handle, indent=2)
+        document = {"benchmark": "solver_speed", "machine": info, "compile": compiled, "results": rows}
+        json.dump(document, handle, indent=2)
     print(f"wrote {args.output}")
     return 0
 

@@ -7,8 +7,9 @@ line ``remat: error: ...`` with exit status 2; no tracebacks.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from remat.schedules import (
     ChainProfile,
@@ -54,13 +55,51 @@ def parse_budget(text: str, profile) -> int:
     return parse_size(text, reference)
 
 
+@contextlib.contextmanager
+def _elapsed_bar(profile, strategy: str, time_limit: float | None) -> Iterator[None]:
+    """A progress bar of elapsed seconds against the time limit (stderr) while a time-limited
+    solver (ilp, lp-rounding) runs; nothing for the other strategies."""
+    from remat.solver import STRATEGIES
+
+    chosen = STRATEGIES.get((_kind(profile), strategy))
+    if chosen is None or "time_limit" not in chosen.options:
+        yield
+        return
+    import threading
+    import time
+
+    from tqdm import tqdm
+
+    total = float(time_limit) if time_limit else 60.0  # the ilp default; lp-rounding usually ends sooner
+    done = threading.Event()
+    bar = tqdm(
+        total=round(total), desc=f"{strategy} (time limit)", unit="s", file=sys.stderr, leave=False, disable=None
+    )
+    start = time.monotonic()
+
+    def tick() -> None:
+        while not done.wait(0.5):
+            bar.n = min(round(time.monotonic() - start), bar.total)
+            bar.refresh()
+
+    thread = threading.Thread(target=tick, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        bar.close()
+
+
 def _cmd_solve(args: argparse.Namespace) -> int:
     from remat.solver import solve
 
     profile = load_profile(args.profile)
     budget = parse_budget(args.budget, profile)
     options = {name: getattr(args, name, None) for name in ("segments", "checkpoints", "slots", "time_limit")}
-    schedule = solve(profile, budget, args.strategy, **options)
+    with _elapsed_bar(profile, args.strategy, args.time_limit):
+        schedule = solve(profile, budget, args.strategy, **options)
     check_schedule(profile, schedule)
     predicted = schedule.predicted
     if args.output:
@@ -73,7 +112,9 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     print(f"step time    {predicted.compute_ms:.3f} ms (recompute {predicted.recompute_ms:.3f} ms, +{overhead:.1f}%)")
     print(f"ops          {len(schedule.ops)}")
     for key, value in schedule.extra.items():
-        if isinstance(value, (int, float, str)):
+        if isinstance(value, float):
+            value = f"{100 * value:.2f}%" if key == "gap" else f"{value:.6g}"
+        if isinstance(value, (int, str)):
             print(f"{key:<12} {value}")
     if args.output:
         print(f"wrote {args.output}")

@@ -74,18 +74,21 @@ def plot_front(
             continue
         xs = [p.peak_memory / scale for p in pts]
         ys = [p.compute_ms for p in pts]
+        # At a given memory a strategy's best time is that of its fastest point at or left of it
+        # (a schedule within a smaller budget fits a larger one), so each strategy is drawn as the
+        # staircase of its non-dominated points; a time-limited ILP can return a dominated one.
+        kept = [pts[0]]
+        for point in pts[1:]:
+            if point.compute_ms < kept[-1].compute_ms:
+                kept.append(point)
         if name == "optimal" or name.startswith("ilp"):
             color = "tab:blue" if name == "optimal" else next(colors)
             label = f"{name} (front, {len(pts)} points)"
-            ax.step(xs, ys, where="post", color=color, linewidth=2.0, label=label, zorder=3)
+            kept_xs = [p.peak_memory / scale for p in kept]
+            kept_ys = [p.compute_ms for p in kept]
+            ax.step(kept_xs, kept_ys, where="post", color=color, linewidth=2.0, label=label, zorder=3)
             ax.plot(xs, ys, ".", color=color, markersize=3, zorder=3)
         else:
-            # A baseline's achievable set is a staircase too: at a given memory, its best time is
-            # that of its fastest point at or left of it; dominated points are not drawn joined.
-            kept = [pts[0]]
-            for point in pts[1:]:
-                if point.compute_ms < kept[-1].compute_ms:
-                    kept.append(point)
             color = next(colors)
             ax.step(
                 [p.peak_memory / scale for p in kept],

@@ -47,15 +47,20 @@ bytes free". Every requirement (a sum of bytes) is rounded up, every subtraction
 memory is rounded up and the one addition (``g'_t``) rounded down, so every schedule the table
 describes fits in the real budget; with sizes that are multiples of ``S`` the table is exact.
 
-Layout and speed: cells are computed for ``s`` from ``n-1`` down to 0 and, for each ``s``, ``t``
-from ``s+1`` up; all ``k`` and all ``j`` of a segment at once with numpy. ``C(j, t, k - A_j)``
-for all ``j`` is one slice of the per-``t`` array ``col[t]`` stored pre-shifted by ``A_j`` (the
-slots of ``a_j``), and ``C(s, j, k + G_t - A_j)`` one slice of the per-``s`` array ``row``
-pre-shifted by ``A_j``. For each segment only ``k`` in ``[lo, hi)`` is computed: below ``lo``
-it is infeasible, from ``hi = ceil(X(s, t) / S)`` on it is store-all -- both bounds follow from
-the recurrence in O(L) per segment. Split points ``j`` are taken in blocks, and a block is only
-evaluated at the levels where ``SA(s, t) + F(s, j)`` (a lower bound on any split at j) is still
-below the best found: an exact pruning.
+Layout and speed: the table is filled by a numba kernel (:mod:`remat.solver.optimal_kernel`,
+compiled on first use and cached on disk), in two passes. Pass 1 computes, for every segment, the
+integer bounds ``lo <= hi``: below ``lo`` the segment is infeasible, from ``hi = ceil(X(s, t) / S)``
+on it is store-all -- both follow from the recurrence in O(L) per segment. Pass 2 computes cells
+for ``s`` from ``n-1`` down to 0 and, for each ``s``, ``t`` from ``s+1`` up, only for ``k`` in
+``[lo, hi)``; those values (float32) and decisions (int16) are stored flat, one run per segment
+(runs ordered by ``t``, then ``s``), so reading ``C(j, t, x)`` is a lookup: ``inf`` below ``lo``,
+``SA`` from ``hi`` on, else the stored run. At each level a split point ``j`` is evaluated only
+while ``SA(s, t) + F(s, j)`` (a lower bound on any split at j, growing with j), lowered by a
+margin far above float32 rounding, is still below the best found there: no candidate the plain
+recurrence would choose is skipped. Sums are formed in float32 in the same order as the numpy
+implementation this replaced (kept as a baseline in ``benchmarks/optimal_numpy.py``), ties go to
+option 1 and then to the smallest ``j``, and tests/test_optimal_kernel.py checks that both fill
+identical tables. After the fill only the decisions are kept (what read-back needs), not the values.
 """
 
 from __future__ import annotations
@@ -70,7 +75,6 @@ from remat.schedules import ChainProfile
 INF = np.float32(np.inf)
 INFEASIBLE = -1  # decision: no schedule for this segment at this level
 STORE_ALL = -2  # decision: record the whole segment (F_all s .. t-1, then B t-1 .. s)
-_BLOCK = 96  # candidates j per numpy step: small enough for the bound to prune, large enough to vectorize
 
 
 @dataclass(frozen=True)
@@ -154,8 +158,9 @@ class Table:
         top: C(0, n, k) for k = 0..K (milliseconds; inf where infeasible), float64.
         lo, hi: (n+1, n+1) int arrays; for segment [s, t): infeasible below lo[s, t], store-all
             of the segment from hi[s, t] on (both may exceed K).
-        decisions: per segment (s, t), int16 array over k in [lo, min(hi, K+1)): 0 = record
-            stage s (option 1), j > s = checkpoint a[j] (option 2).
+        offsets: (n+1, n+1) int array: where segment (s, t)'s decisions start in ``flat``.
+        flat: int16 decisions of every segment, over k in [lo, min(hi, K+1)) each: 0 = record
+            stage s (option 1), j > s = checkpoint a[j] (option 2), -1 = infeasible.
     """
 
     n: int
@@ -164,7 +169,8 @@ class Table:
     top: np.ndarray
     lo: np.ndarray
     hi: np.ndarray
-    decisions: dict[tuple[int, int], np.ndarray]
+    offsets: np.ndarray
+    flat: np.ndarray
 
     def decision(self, s: int, t: int, k: int) -> int:
         """0 to record stage s, j to checkpoint a[j], STORE_ALL to record the whole segment;
@@ -176,155 +182,39 @@ class Table:
             return 0
         if k >= self.hi[s, t]:
             return STORE_ALL
-        return int(self.decisions[(s, t)][k - lo])
+        return int(self.flat[self.offsets[s, t] + k - lo])
+
+    def segment_decisions(self, s: int, t: int) -> np.ndarray:
+        """The decisions of segment (s, t) over k in [lo, min(hi, K+1)) (a view)."""
+        start = min(int(self.lo[s, t]), self.slots + 1)
+        stop = min(int(self.hi[s, t]), self.slots + 1)
+        offset = int(self.offsets[s, t])
+        return self.flat[offset : offset + max(0, stop - start)]
 
 
 def build_table(profile: ChainProfile, slot: int, slots: int) -> Table:
     """Fill the DP for ``profile`` with ``slots`` levels of ``slot`` bytes each (see module doc)."""
     n = profile.length
     K = int(slots)
-    W = K + 1
     sizes = chain_sizes(profile, slot)
-    A = sizes.act_slots
-    G = sizes.g_slots
-    SV = sizes.saved_slots
     f = np.array([s.forward_ms for s in profile.stages], dtype=np.float64)
     b = np.array([s.backward_ms for s in profile.stages], dtype=np.float64)
     fcum = np.concatenate([[0.0], np.cumsum(f)])
     fb_cum = np.concatenate([[0.0], np.cumsum(f + b)])
-    gmax = int(G.max()) if n > 0 else 0
-    big = 1 << 40  # "never" for lo/hi arithmetic
+    fb32 = (f + b).astype(np.float32)
+    act = np.array(sizes.act, dtype=np.int64)
+    rec_fwd = np.ascontiguousarray(sizes.record_bytes[:, 0])
+    rec_bwd = np.ascontiguousarray(sizes.record_bytes[:, 1])
+    saved = np.array([st.saved_size for st in profile.stages], dtype=np.int64)
+    fwd_first = np.ascontiguousarray(sizes.forward_slots[:, 0])
+    fwd_next = np.ascontiguousarray(sizes.forward_slots[:, 1])
+    A, G, SV = sizes.act_slots, sizes.g_slots, sizes.saved_slots
+    # imported here: numba (and compiling or loading the kernel) is paid only when a table is built
+    from remat.solver.optimal_kernel import bounds, fill
 
-    lo = np.full((n + 1, n + 1), big, dtype=np.int64)
-    hi = np.full((n + 1, n + 1), big, dtype=np.int64)
-    for t in range(n + 1):
-        lo[t, t] = 0
-        hi[t, t] = 0
-    # col[t][k, j] = C(j, t, k - A_j): the right subproblems of segments ending at t (transposed
-    # so that the minimum over j of one memory level k reads contiguous memory).
-    col = [np.full((W, t), INF, dtype=np.float32) for t in range(n + 1)]
-    decisions: dict[tuple[int, int], np.ndarray] = {}
-    top = np.full(W, np.inf)
-    ks = np.arange(W, dtype=np.int64)
-    fwd_first = sizes.forward_slots[:, 0].tolist()
-    fwd_next = sizes.forward_slots[:, 1].tolist()
-    A_list = A.tolist()
-    G_list = G.tolist()
-    SV_list = SV.tolist()
-    width_all = W + gmax
-    # x_bytes[s][t]: bytes of free memory the store-all schedule of segment [s, t) needs
-    x_bytes = [[0] * (n + 1) for _ in range(n + 1)]
-    act = sizes.act
-    rec_fwd = sizes.record_bytes[:, 0].tolist()  # sv_s + fo_s
-    rec_bwd = sizes.record_bytes[:, 1].tolist()  # sv_s + a_{s+1} + a_s + bo_s
-    stage_fo = [st.forward_overhead for st in profile.stages]
-    fb_list = fb_cum.tolist()
-    for s in range(n - 1, -1, -1):
-        # row[k', j] = C(s, j, k' - A_j) + F(s, j), k' up to K + gmax, where F(s, j) is the time
-        # of F_ck s, F_n s+1 .. F_n j-1. Values past K clamp to C(s, j, K): using less memory
-        # than is free is always allowed, so the clamp stays valid.
-        row = np.full((width_all, n + 1), INF, dtype=np.float32)
-        # fwd_req[j] = slots needed by F_ck s, F_n s+1 .. F_n j-1 (prefix maximum over j).
-        fwd_req = np.zeros(n + 1, dtype=np.int64)
-        running = fwd_first[s]
-        for j in range(s + 1, n + 1):
-            fwd_req[j] = running
-            if j < n:
-                running = max(running, fwd_next[j])
-        fwd_req_list = fwd_req.tolist()
-        fsum = (fcum - fcum[s]).tolist()
-        lo_row = lo[s]
-        x_row = x_bytes[s]
-        x_next = x_bytes[s + 1]
-        lo_next = lo[s + 1].tolist()
-        fb_s = np.float32(f[s] + b[s])
-        fb_s_cum = fb_list[s]
-        rec_fwd_s = rec_fwd[s]
-        rec_bwd_s = rec_bwd[s]
-        req_fwd_s = max(0, -(-rec_fwd_s // slot))
-        saved_s = rec_fwd_s - stage_fo[s]
-        a_s = A_list[s]
-        sv_s = SV_list[s]
-        for t in range(s + 1, n + 1):
-            g_bytes = act[t] if t < n else 0
-            # record_requirement(sizes, s, t, n), inlined: this loop runs n^2/2 times
-            req1 = max(req_fwd_s, -(-(rec_bwd_s - g_bytes) // slot))
-            seg_all = fb_list[t] - fb_s_cum
-            lo1 = max(req1, sv_s + lo_next[t])
-            # store-all of the segment needs x bytes free, counted exactly then rounded up once
-            x = max(rec_fwd_s, saved_s + x_next[t], rec_bwd_s - g_bytes)
-            x_row[t] = x
-            hi_st = -(-x // slot)
-            g_t = G_list[t]
-            if t > s + 1:
-                aj = A[s + 1 : t]
-                lo2 = np.maximum(np.maximum(fwd_req[s + 1 : t], aj + lo[s + 1 : t, t]), lo_row[s + 1 : t] + (aj - g_t))
-                lo_st = min(lo1, int(lo2.min()), hi_st)
-            else:
-                lo_st = min(lo1, hi_st)
-            lo_row[t] = lo_st
-            hi[s, t] = hi_st
-            start = min(lo_st, W)
-            stop = min(hi_st, W)
-            values = np.empty(W, dtype=np.float32)
-            values[:start] = INF
-            values[stop:] = seg_all
-            if start < stop:  # never for a single stage: there lo = hi = req1
-                width = stop - start
-                # option 1: C(s+1, t, k - SV_s), read from col[t][:, s+1] (shifted by A_{s+1})
-                opt1 = np.full(width, INF, dtype=np.float32)
-                first = max(start, req1)
-                shift = A_list[s + 1] - sv_s
-                if first < stop:
-                    opt1[first - start :] = col[t][first + shift : stop + shift, s + 1]
-                    opt1 += fb_s
-                # option 2, blocks of j at once: cand[k, j]. Any candidate j costs at least
-                # SA(s, t) + F(s, j) (both subsegments at store-all speed), so once that bound
-                # reaches the best found at level k, no later j can win there: later blocks only
-                # visit the levels that can still improve (an exact pruning).
-                chosen = opt1
-                dec = np.zeros(width, dtype=np.int16)
-                j0 = s + 1
-                while j0 < t:
-                    j1 = min(t, j0 + _BLOCK)
-                    kstop = stop
-                    if j0 > s + 1:
-                        bound = seg_all + fsum[j0]
-                        improvable = np.flatnonzero(chosen > bound + 1e-5 * bound)
-                        if improvable.size == 0:
-                            break
-                        kstop = start + int(improvable[-1]) + 1
-                    span = kstop - start
-                    cand = col[t][start:kstop, j0:j1] + row[start + g_t : kstop + g_t, j0:j1]
-                    need_top = fwd_req_list[j1 - 1]
-                    if need_top > start:
-                        # forwards F_ck s .. F_n j-1 must fit too: mask j whose requirement exceeds k
-                        low = min(need_top, kstop) - start
-                        cand[:low][ks[start : start + low, None] < fwd_req[None, j0:j1]] = INF
-                    best = cand.argmin(axis=1)
-                    found = cand[ks[:span], best]
-                    better = found < chosen[:span]
-                    chosen[:span][better] = found[better]
-                    dec[:span][better] = best[better] + j0
-                    j0 = j1
-                dec[chosen == INF] = -1
-                decisions[(s, t)] = dec
-                values[start:stop] = chosen
-            # store shifted copies: col[t][k, s] = C(s, t, k - A_s); row[k', t] = C(s, t, k' - A_t) + F(s, t)
-            if a_s < W:
-                col[t][a_s:, s] = values[: W - a_s]
-            if t < n:
-                a_t = A_list[t]
-                end1 = min(width_all, a_t + W)
-                ft = np.float32(fsum[t])
-                if a_t < end1:
-                    row[a_t:end1, t] = values[: end1 - a_t] + ft
-                if a_t + W < width_all:
-                    row[a_t + W :, t] = values[W - 1] + ft
-            if s == 0 and t == n:
-                top = values.astype(np.float64)
-    # lo/hi can exceed K; clamp the sentinel for readability
-    return Table(n=n, slots=K, sizes=sizes, top=top, lo=lo, hi=hi, decisions=decisions)
+    lo, hi, req1 = bounds(n, K, int(slot), A, G, SV, fwd_first, fwd_next, act, rec_fwd, rec_bwd, saved)
+    offsets, flat, top = fill(n, K, A, G, SV, fwd_first, fwd_next, fcum, fb_cum, fb32, lo, hi, req1)
+    return Table(n=n, slots=K, sizes=sizes, top=top, lo=lo, hi=hi, offsets=offsets, flat=flat)
 
 
 def slot_size(free_bytes: int, slots: int) -> int:
