@@ -27,7 +27,7 @@ import torch
 from torch.utils.checkpoint import checkpoint_sequential
 
 from remat.executor.chain import as_chain
-from remat.executor.measure import _prepare_grads
+from remat.executor.measure import prepare_grads
 from remat.executor.memory import allocation_size, memory_meter, untracked
 from remat.executor.profiler import profile_chain
 from remat.executor.replay import RematChain
@@ -56,7 +56,7 @@ def machine() -> dict:
 
 
 def one_step(forward, params_owner, x, weight) -> None:
-    _prepare_grads(params_owner)
+    prepare_grads(params_owner)
     out = forward(x)
     loss = (out * weight).sum()
     del out
@@ -66,7 +66,7 @@ def one_step(forward, params_owner, x, weight) -> None:
 def peak_of(forward, params_owner, x, weight, device) -> int:
     """Peak activation bytes of one step (simulator accounting: + the input)."""
     one_step(forward, params_owner, x, weight)  # warm-up
-    _prepare_grads(params_owner)
+    prepare_grads(params_owner)
     with memory_meter(device) as meter:
         out = forward(x)
         loss = (out * weight).sum()

@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import statistics
-import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -55,7 +54,7 @@ from remat.executor.graph_profile import (
     forward_piece,
     graph_plan,
 )
-from remat.executor.measure import OpMeasurement, Report
+from remat.executor.measure import OpMeasurement, Report, loss_step, prepare_grads, sync, time_steps
 from remat.executor.memory import memory_meter, notify_resized, untracked
 from remat.schedules import GraphProfile, Op, ProfileError, RematError, Schedule, ScheduleError, parse_ops, simulate
 
@@ -416,17 +415,6 @@ class GraphMeasurement:
         return (self.measured_peak - self.predicted_peak) / self.predicted_peak if self.predicted_peak else 0.0
 
 
-def _prepare_grads(module: nn.Module) -> None:
-    with untracked():
-        for p in module.parameters():
-            if p.requires_grad:
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-                else:
-                    p.grad.detach_()
-                    p.grad.zero_()
-
-
 def measure_graph(
     wrapped: GraphReplay, inputs: Sequence[torch.Tensor], warmup: int = 1, timed_steps: int = 0
 ) -> GraphMeasurement:
@@ -435,23 +423,12 @@ def measure_graph(
     :func:`remat.executor.memory.memory_meter` (the live-storage tracker on CPU)."""
     device = inputs[0].device
     wrapped.train()
-    weight: list[torch.Tensor] = []
-
-    def step() -> None:
-        out = wrapped(*inputs)
-        if not weight:
-            with untracked():
-                weight.append(torch.randn_like(out))
-        loss = (out * weight[0]).sum()
-        del out
-        loss.backward()
-
+    step = loss_step(wrapped, inputs, [])
     for _ in range(max(1, warmup)):
-        _prepare_grads(wrapped)
+        prepare_grads(wrapped)
         step()
-    _prepare_grads(wrapped)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    prepare_grads(wrapped)
+    sync(device)
     records: list[OpMeasurement] = []
     with memory_meter(device) as meter:
         state = {"peak": 0, "before": 0}
@@ -472,16 +449,7 @@ def measure_graph(
         finally:
             wrapped.observer = None
         peak = max(state["peak"], meter.peak_bytes)
-    times = []
-    for _ in range(timed_steps):
-        _prepare_grads(wrapped)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        begin = time.perf_counter()
-        step()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append((time.perf_counter() - begin) * 1e3)
+    times = time_steps(wrapped, step, device, timed_steps)
     predicted = simulate(wrapped.profile, wrapped.ops, timeline=True)
     return GraphMeasurement(
         predicted_peak=predicted.peak_memory,

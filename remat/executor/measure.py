@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +49,9 @@ class Measurement:
     timeline: tuple[OpMeasurement, ...] = ()
 
 
-def _prepare_grads(module: torch.nn.Module) -> None:
+def prepare_grads(module: torch.nn.Module) -> None:
+    """Pre-allocate (or zero) every parameter gradient outside the meter, so a measured step counts
+    only activation memory and per-op transients, never the parameter gradients themselves."""
     with untracked():
         for p in module.parameters():
             if p.requires_grad:
@@ -59,9 +62,42 @@ def _prepare_grads(module: torch.nn.Module) -> None:
                     p.grad.zero_()
 
 
-def _sync(device: torch.device) -> None:
+def sync(device: torch.device) -> None:
+    """Wait for the device (CUDA) so a wall-clock or allocator reading covers finished work."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def loss_step(
+    wrapped: torch.nn.Module, inputs: Sequence[torch.Tensor], weights: list[torch.Tensor]
+) -> Callable[[], None]:
+    """One training step ``loss = (wrapped(*inputs) * r).sum(); loss.backward()``. ``r`` is
+    ``weights[0]``, drawn at random (untracked) after the first forward when ``weights`` is empty,
+    so autograd hands the replay a full-size output gradient."""
+
+    def step() -> None:
+        out = wrapped(*inputs)
+        if not weights:
+            with untracked():
+                weights.append(torch.randn_like(out))
+        loss = (out * weights[0]).sum()
+        del out
+        loss.backward()
+
+    return step
+
+
+def time_steps(wrapped: torch.nn.Module, step: Callable[[], None], device: torch.device, count: int) -> list[float]:
+    """Wall-clock milliseconds of ``count`` unmetered runs of ``step``."""
+    times = []
+    for _ in range(count):
+        prepare_grads(wrapped)
+        sync(device)
+        begin = time.perf_counter()
+        step()
+        sync(device)
+        times.append((time.perf_counter() - begin) * 1000.0)
+    return times
 
 
 def measure_steps(
@@ -83,42 +119,26 @@ def measure_steps(
     device = x.device
     wrapped.train()
     input_bytes = allocation_size(x.untyped_storage().nbytes(), device)
-    weights: list[torch.Tensor] = [] if weight is None else [weight]
-
-    def step() -> None:
-        out = wrapped(x)
-        if not weights:
-            with untracked():
-                weights.append(torch.randn_like(out))
-        loss = (out * weights[0]).sum()
-        del out
-        loss.backward()
+    step = loss_step(wrapped, (x,), [] if weight is None else [weight])
 
     for _ in range(max(0, warmup)):
-        _prepare_grads(wrapped)
+        prepare_grads(wrapped)
         step()
 
     peak = 0
     for _ in range(max(1, steps)):
-        _prepare_grads(wrapped)
-        _sync(device)
+        prepare_grads(wrapped)
+        sync(device)
         with memory_meter(device) as meter:
             step()
             peak = max(peak, meter.peak_bytes)
 
-    times = []
-    for _ in range(max(1, steps) if timed else 0):
-        _prepare_grads(wrapped)
-        _sync(device)
-        begin = time.perf_counter()
-        step()
-        _sync(device)
-        times.append((time.perf_counter() - begin) * 1000.0)
+    times = time_steps(wrapped, step, device, max(1, steps) if timed else 0)
 
     records: list[OpMeasurement] = []
     if timeline:
-        _prepare_grads(wrapped)
-        _sync(device)
+        prepare_grads(wrapped)
+        sync(device)
         with memory_meter(device) as meter:
             current: dict[str, int] = {}
 
