@@ -38,7 +38,7 @@ import contextlib
 import functools
 import statistics
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,7 +55,16 @@ from remat.executor.graph_profile import (
     graph_plan,
 )
 from remat.executor.measure import OpMeasurement, Report, loss_step, prepare_grads, sync, time_steps
-from remat.executor.memory import memory_meter, notify_resized, untracked
+from remat.executor.memory import memory_meter
+from remat.executor.replay_core import (
+    BufferSnapshots,
+    GradSink,
+    Recomputer,
+    ReplayFunction,
+    accelerator_devices,
+    release_output_grad,
+    trainable_params,
+)
 from remat.schedules import GraphProfile, Op, ProfileError, RematError, Schedule, ScheduleError, parse_ops, simulate
 
 
@@ -89,6 +98,13 @@ def _plan_for(model: nn.Module, profile: GraphProfile) -> GraphPlan:
     return plan
 
 
+def _attr(root: nn.Module, target: str) -> Any:
+    value: Any = root
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
+
+
 class _Step:
     """State of one training step: held forward pieces, the seed, input gradients, RNG snapshots."""
 
@@ -102,12 +118,12 @@ class _Step:
         self.seed: torch.Tensor | None = None
         self.kept_seed: torch.Tensor | None = None
         self.engine_grad: torch.Tensor | None = None
-        self.rng: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
-        self.ran_forward: set[int] = set()
         self.params_done: set[int] = set()
         self.output_ref: weakref.ref | None = None
-        device = inputs[0].device
-        self.cuda_device = device if device.type == "cuda" else None
+        self.params = owner.params
+        self.sink: GradSink | None = None
+        devices = accelerator_devices([*inputs, *self.params])
+        self.recompute = Recomputer(devices, owner.piece_buffers.__getitem__, owner.snapshots)
 
     # -- helpers --------------------------------------------------------------------------
     def fetch(self, name: str) -> Any:
@@ -123,54 +139,16 @@ class _Step:
             )
         return recorded.outputs[name]
 
-    @contextlib.contextmanager
-    def _piece_context(self, p: int) -> Iterator[None]:
-        piece = self.owner.plan.pieces[p]
-        if p not in self.ran_forward:  # first run this step: remember the RNG it sees
-            if piece.random:
-                with untracked():
-                    cpu = torch.get_rng_state()
-                    cuda = torch.cuda.get_rng_state(self.cuda_device) if self.cuda_device is not None else None
-                self.rng[p] = (cpu, cuda)
-            yield
-            return
-        # Recomputation: same random numbers as the first run; buffers and global RNG untouched.
-        buffers = self.owner.piece_buffers[p]
-        snapshots = self.owner.buffer_snapshots(p)
-        for buffer, snap in zip(buffers, snapshots, strict=True):
-            snap.copy_(buffer.data)
-        saved_rng = None
-        if piece.random:
-            with untracked():
-                cpu_now = torch.get_rng_state()
-                cuda_now = torch.cuda.get_rng_state(self.cuda_device) if self.cuda_device is not None else None
-            saved_rng = (cpu_now, cuda_now)
-            torch.set_rng_state(self.rng[p][0])
-            if self.cuda_device is not None:
-                torch.cuda.set_rng_state(self.rng[p][1], self.cuda_device)
-        try:
-            yield
-        finally:
-            # through .data: the recomputed graph may have saved a buffer (BatchNorm saves its
-            # running stats); restoring must not bump the version counter autograd checks.
-            for buffer, snap in zip(buffers, snapshots, strict=True):
-                buffer.data.copy_(snap)
-            if saved_rng is not None:
-                torch.set_rng_state(saved_rng[0])
-                if self.cuda_device is not None:
-                    torch.cuda.set_rng_state(saved_rng[1], self.cuda_device)
-
     # -- ops ------------------------------------------------------------------------------
     def compute(self, v: int, grad_output: torch.Tensor | None) -> None:
         kind, p = self.owner.kinds[v]
         if kind == "forward":
             plan = self.owner.plan
-            with self._piece_context(p):
+            with self.recompute.running(p):
                 recorded = forward_piece(
                     plan.graph_module, plan.graph_module, plan.pieces[p], self.fetch, self.consts, plan.grad_inputs[p]
                 )
             self.fwd[p] = recorded
-            self.ran_forward.add(p)
         elif kind == "grad_output":
             if self.kept_seed is not None:  # recomputing the seed: its bytes were kept (see free)
                 self.seed, self.kept_seed = self.kept_seed, None
@@ -209,9 +187,13 @@ class _Step:
         if recorded is None:
             node = plan.forward_node[p]
             raise RematError(f"executor: node {node} is not in memory (schedule and executor disagree)")
-        first = p not in self.params_done
-        params = [prm for prm in self.owner.piece_params[p] if prm.requires_grad] if first else []
-        input_grads = backward_piece(piece, recorded, output_grads, params, plan.grad_inputs[p])
+        params: list[torch.Tensor] = []
+        if p not in self.params_done:  # a recomputed backward does not add parameter gradients twice
+            params = [prm for prm in self.owner.piece_params[p] if prm.requires_grad]
+            if self.sink is not None and not self.sink.everything:
+                params = self.sink.targets(params)
+        with self.sink.collecting(params) if self.sink is not None else contextlib.nullcontext():
+            input_grads = backward_piece(piece, recorded, output_grads, params, plan.grad_inputs[p])
         del output_grads, contributions
         self.params_done.add(p)
         self.bwd[p] = input_grads
@@ -231,22 +213,7 @@ class _Step:
         else:
             self.seed = None
             release, self.engine_grad = self.engine_grad, None
-            if release is not None and self._may_release(release):
-                with contextlib.suppress(RuntimeError):
-                    release.untyped_storage().resize_(0)
-                    notify_resized(release)
-
-    def _may_release(self, g: torch.Tensor) -> bool:
-        """True if freeing the seed's storage cannot be seen by anyone but autograd's argument tuple."""
-        output = self.output_ref() if self.output_ref is not None else None
-        if output is not None and output.retains_grad:
-            return False
-        if g._is_view():
-            return False
-        storage = g.untyped_storage()  # this Python storage object holds one reference itself
-        # references: autograd's argument tuple, Function.backward's argument, our local `release`
-        # and the `g` parameter, plus the storage object; anything more is someone else's.
-        return torch._C._storage_Use_Count(storage._cdata) <= 2
+            release_output_grad(release, self.output_ref)
 
     def run(self, ops: Sequence[Op], start: int, grad_output: torch.Tensor | None = None) -> None:
         observer = self.owner.observer
@@ -267,30 +234,18 @@ class _Step:
         plan = self.owner.plan
         return self.fwd[plan.output_piece].outputs[plan.output_value].detach()
 
-    def backward_phase(self, grad_output: torch.Tensor) -> None:
-        self.run(self.owner.backward_ops, len(self.owner.forward_ops), grad_output)
-        self.fwd.clear()
-        self.bwd.clear()
-        self.seed = None
-        self.kept_seed = None
-        self.engine_grad = None
-
-
-class _ReplayFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, step: _Step, anchor: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
-        ctx.step = step
-        ctx.count = len(inputs)
-        return step.forward_phase()
-
-    @staticmethod
-    def backward(ctx, grad_output: torch.Tensor):
-        step: _Step | None = ctx.step
-        ctx.step = None
-        if step is None:
-            raise RematError("executor: backward through a remat step twice is not supported (no retain_graph)")
-        step.backward_phase(grad_output)
-        return (None, None) + (None,) * ctx.count
+    def backward_phase(self, grad_output: torch.Tensor, sink: GradSink) -> tuple[None, ...]:
+        self.sink = sink
+        try:
+            self.run(self.owner.backward_ops, len(self.owner.forward_ops), grad_output)
+        finally:
+            self.fwd.clear()
+            self.bwd.clear()
+            self.seed = None
+            self.kept_seed = None
+            self.engine_grad = None
+            self.sink = None
+        return (None,) * len(self.inputs)  # input gradients are not produced (refused in forward)
 
 
 class GraphReplay(nn.Module):
@@ -343,29 +298,22 @@ class GraphReplay(nn.Module):
                 if node.op == "call_module":
                     for b in gm.get_submodule(node.target).buffers():
                         buffers.setdefault(id(b), b)
+                for arg in node.all_input_nodes:  # F.batch_norm(x, self.running_mean, ...) reads get_attr
+                    if arg.op == "get_attr":
+                        value = _attr(gm, arg.target)
+                        if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
+                            buffers.setdefault(id(value), value)
             self.piece_buffers.append(list(buffers.values()))
         self.grad_consumers: dict[str, list[int]] = {}
         for c, names in enumerate(self.plan.grad_inputs):
             for name in names:
                 self.grad_consumers.setdefault(name, []).append(c)
-        self._snapshots: dict[int, list[torch.Tensor]] = {}
+        self.params = trainable_params([model])
+        self.snapshots = BufferSnapshots()
         self._anchor = torch.empty(0, requires_grad=True)
         self._shapes = [tuple(s) for s in profile.metadata["input_shapes"]]
         # called as observer(position, op, node, "before" | "after") around every op (measurement)
         self.observer: Callable[[int, str, int, str], None] | None = None
-
-    def buffer_snapshots(self, p: int) -> list[torch.Tensor]:
-        """Preallocated copies of piece p's buffers (no allocation during the step once made)."""
-        buffers = self.piece_buffers[p]
-        snaps = self._snapshots.get(p)
-        if snaps is None or any(
-            s.shape != b.shape or s.dtype != b.dtype or s.device != b.device
-            for s, b in zip(snaps, buffers, strict=True)
-        ):
-            with untracked(), torch.no_grad():
-                snaps = [b.detach().clone() for b in buffers]
-            self._snapshots[p] = snaps
-        return snaps
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         if not torch.is_grad_enabled() or not self.training:
@@ -380,7 +328,7 @@ class GraphReplay(nn.Module):
             if x.requires_grad:
                 raise RematError("executor: the graph replay does not compute gradients w.r.t. the model input")
         step = _Step(self, inputs)
-        out = _ReplayFunction.apply(step, self._anchor, *inputs)
+        out = ReplayFunction.apply(step, self._anchor, len(inputs), *inputs, *self.params)
         step.output_ref = weakref.ref(out)
         return out
 

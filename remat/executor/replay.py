@@ -8,14 +8,16 @@ chain schedule. A training loop uses it unchanged::
 
 Calling it runs the schedule's forward phase (the ops before the first ``B``) inside a custom
 ``autograd.Function``; that Function's ``backward`` runs the remaining ops. Each op maps onto
-tensors exactly as in the simulator (DESIGN.md):
+tensors exactly as in the simulator (docs/model.md):
 
 * ``a[i]``: a tensor computed under ``no_grad`` (``F_ck``/``F_n``), or the caller's input for a[0];
 * ``abar[i+1]``: ``(leaf, out)`` from a recording forward of stage i (``F_all``) on
   ``leaf = a_i.detach().requires_grad_()``: autograd keeps the stage's saved tensors alive through
-  ``out``'s graph;
-* ``g[i]``: ``leaf.grad`` after ``B i`` ran ``torch.autograd.backward(out, g[i+1])`` (parameter
-  gradients accumulate into ``.grad`` as usual).
+  ``out``'s graph; for ``abar[n]`` the bytes of ``a_n`` belong to the caller's output (the
+  executor keeps only the graph), so store-all holds what the plain model's step holds;
+* ``g[i]``: ``leaf.grad`` after ``B i`` ran the stage's backward from ``out`` with ``g[i+1]``;
+  parameter gradients go where the caller's backward wants them (``.grad`` for
+  ``loss.backward()``/``backward(inputs=...)``, returned for ``torch.autograd.grad``).
 
 Dropping an item drops the executor's last reference, so the memory is freed when the simulator
 says. Consistency choices (explained in the report of issue 5):
@@ -26,23 +28,30 @@ says. Consistency choices (explained in the report of issue 5):
 * ``g[n]`` is the gradient autograd hands to the Function's backward; autograd itself holds that
   tensor until the Function's backward returns, so after ``B n-1`` its storage is released
   (``resize_(0)``) when nothing else can see it (the simulator frees g[n] after ``B n-1``).
-* A recomputed stage replays the RNG state of its first forward in this step (dropout draws the
-  same mask) and leaves the global RNG where it was; its buffers (BatchNorm running statistics)
-  are restored after the recomputation, so they are updated once per step.
+* A recomputed stage runs as its first forward in the step did (remat.executor.replay_core:
+  autocast state, every device's RNG, buffers restored so BatchNorm statistics are updated once).
 * Under ``torch.no_grad()`` or in eval mode the wrapper runs the plain model.
 """
 
 from __future__ import annotations
 
-import contextlib
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
 
 from remat.executor.chain import Chain, as_chain
-from remat.executor.memory import notify_resized, untracked
+from remat.executor.replay_core import (
+    BufferSnapshots,
+    GradSink,
+    Recomputer,
+    ReplayFunction,
+    accelerator_devices,
+    hollow,
+    release_output_grad,
+    trainable_params,
+)
 from remat.schedules import ChainProfile, Op, RematError, Schedule, ScheduleError, Stage, parse_ops, simulate
 
 
@@ -69,20 +78,19 @@ def check_ops_for_chain(ops: Sequence[Op], n: int, profile: ChainProfile | None 
 
 
 class _Step:
-    """State of one training step: the held items and per-stage RNG snapshots."""
+    """State of one training step: the held items and the recomputation record (replay_core)."""
 
     def __init__(self, owner: RematChain, x: torch.Tensor) -> None:
         self.owner = owner
         self.n = len(owner.chain)
-        self.x = x
         self.a: dict[int, torch.Tensor] = {0: x}
         self.abar: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.g: dict[int, torch.Tensor | None] = {}
-        self.rng: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
+        self.params = trainable_params(owner.chain.stages)
         self.output_ref: weakref.ref | None = None
-        self.grad_x: torch.Tensor | None = None
-        device = x.device
-        self.cuda_device = device if device.type == "cuda" else None
+        self.sink: GradSink | None = None
+        devices = accelerator_devices([x, *self.params])
+        self.recompute = Recomputer(devices, lambda i: list(owner.chain.stages[i].buffers()), owner.snapshots)
 
     # -- helpers --------------------------------------------------------------------------
     def _input(self, i: int) -> torch.Tensor:
@@ -92,37 +100,6 @@ class _Step:
             return self.abar[i][1].detach()
         raise RematError(f"executor: a_{i} is not in memory (schedule and executor disagree)")
 
-    @contextlib.contextmanager
-    def _stage_context(self, i: int) -> Iterator[None]:
-        if i not in self.rng:  # first forward of stage i this step: remember the RNG it sees
-            with untracked():
-                cpu = torch.get_rng_state()
-                cuda = torch.cuda.get_rng_state(self.cuda_device) if self.cuda_device is not None else None
-            self.rng[i] = (cpu, cuda)
-            yield
-            return
-        # recomputation: same random numbers as the first forward; buffers and global RNG untouched
-        snapshots = self.owner._buffer_snapshots(i)
-        with untracked():
-            cpu_now = torch.get_rng_state()
-            cuda_now = torch.cuda.get_rng_state(self.cuda_device) if self.cuda_device is not None else None
-        torch.set_rng_state(self.rng[i][0])
-        if self.cuda_device is not None:
-            torch.cuda.set_rng_state(self.rng[i][1], self.cuda_device)
-        buffers = list(self.owner.chain.stages[i].buffers())
-        for buffer, snap in zip(buffers, snapshots, strict=True):
-            snap.copy_(buffer.data)
-        try:
-            yield
-        finally:
-            # through .data: the recomputation's graph may have saved the buffer (BatchNorm saves its
-            # running stats); restoring them must not bump the version counter autograd checks.
-            for buffer, snap in zip(buffers, snapshots, strict=True):
-                buffer.data.copy_(snap)
-            torch.set_rng_state(cpu_now)
-            if self.cuda_device is not None:
-                torch.cuda.set_rng_state(cuda_now, self.cuda_device)
-
     # -- ops ------------------------------------------------------------------------------
     def run(self, op: str, i: int, grad_output: torch.Tensor | None = None) -> None:
         stage = self.owner.chain.stages[i]
@@ -130,7 +107,7 @@ class _Step:
             self._backward(i, grad_output)
             return
         inp = self._input(i)
-        with self._stage_context(i):
+        with self.recompute.running(i):
             if op == "F_all":
                 leaf = inp.detach()
                 if leaf.is_floating_point() or leaf.is_complex():
@@ -150,32 +127,29 @@ class _Step:
         release = None
         if i == self.n - 1:
             g = grad_output.contiguous() if grad_output is not None else None
-            if g is grad_output and g is not None and self._may_release(g):
-                release = g
+            release = g if g is grad_output else None
             self.g[self.n] = g
         leaf, out = self.abar.pop(i + 1)
         g_out = self.g.pop(i + 1)
         if out.requires_grad and g_out is not None:
-            torch.autograd.backward(out, g_out)
+            self._stage_backward(i, leaf, out, g_out)
         self.g[i] = leaf.grad if leaf.requires_grad else None
         leaf.grad = None
         del leaf, out, g_out
         if i != 0:
             self.a.pop(i, None)
-        if release is not None:
-            with contextlib.suppress(RuntimeError):
-                release.untyped_storage().resize_(0)
-                notify_resized(release)
+        release_output_grad(release, self.output_ref)
 
-    def _may_release(self, g: torch.Tensor) -> bool:
-        """True if freeing g[n]'s storage cannot be seen by anyone but autograd's own argument tuple."""
-        output = self.output_ref() if self.output_ref is not None else None
-        if output is not None and output.retains_grad:
-            return False
-        if g._is_view() or g.untyped_storage().nbytes() != g.numel() * g.element_size():
-            return False
-        storage = g.untyped_storage()  # this Python storage object holds one reference itself
-        return torch._C._storage_Use_Count(storage._cdata) == 2
+    def _stage_backward(self, i: int, leaf: torch.Tensor, out: torch.Tensor, g_out: torch.Tensor) -> None:
+        sink = self.sink
+        if sink is None or sink.everything:  # loss.backward(): accumulate wherever autograd reaches
+            torch.autograd.backward(out, g_out)
+            return
+        params = sink.targets(self.owner.chain.stages[i].parameters())
+        targets = ([leaf] if leaf.requires_grad else []) + params
+        if targets:
+            with sink.collecting(params):
+                torch.autograd.backward(out, g_out, inputs=targets)
 
     def _run_observed(self, position: int, op: str, i: int, grad_output: torch.Tensor | None = None) -> None:
         observer = self.owner.observer
@@ -189,9 +163,15 @@ class _Step:
         for position, (op, i) in enumerate(self.owner.forward_ops):
             self._run_observed(position, op, i)
         _, out = self.abar[self.n]
-        return out.detach()
+        result = out.detach()
+        # The caller's output owns a_n's bytes: the executor keeps only the graph behind it, so
+        # a_n lives exactly as long as in the plain model (a loss that does not save its input,
+        # like cross-entropy, lets it go).
+        hollow(out)
+        return result
 
-    def backward_phase(self, grad_output: torch.Tensor) -> torch.Tensor | None:
+    def backward_phase(self, grad_output: torch.Tensor, sink: GradSink) -> tuple[torch.Tensor | None]:
+        self.sink = sink
         offset = len(self.owner.forward_ops)
         for position, (op, i) in enumerate(self.owner.backward_ops, start=offset):
             self._run_observed(position, op, i, grad_output)
@@ -201,23 +181,8 @@ class _Step:
         self.a.clear()
         self.abar.clear()
         self.g.clear()
-        return g0
-
-
-class _ReplayFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, step: _Step, anchor: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        ctx.step = step
-        return step.forward_phase()
-
-    @staticmethod
-    def backward(ctx, grad_output: torch.Tensor):
-        step: _Step = ctx.step
-        ctx.step = None
-        if step is None:
-            raise RematError("executor: backward through a remat step twice is not supported (no retain_graph)")
-        g0 = step.backward_phase(grad_output)
-        return None, None, (g0 if ctx.needs_input_grad[2] else None)
+        self.sink = None
+        return (g0,)
 
 
 class RematChain(nn.Module):
@@ -251,31 +216,18 @@ class RematChain(nn.Module):
         first_b = next(k for k, (name, _) in enumerate(self.ops) if name == "B")
         self.forward_ops = self.ops[:first_b]
         self.backward_ops = self.ops[first_b:]
-        self._snapshots: dict[int, list[torch.Tensor]] = {}
+        self.snapshots = BufferSnapshots()
         # called as observer(position, op, index, "before" | "after") around every op (measurement)
         self.observer = None
-
-    def _buffer_snapshots(self, i: int) -> list[torch.Tensor]:
-        """Preallocated copies of stage i's buffers (no allocation during the step once made)."""
-        buffers = list(self.chain.stages[i].buffers())
-        snaps = self._snapshots.get(i)
-        if snaps is None or any(
-            s.shape != b.shape or s.dtype != b.dtype or s.device != b.device
-            for s, b in zip(snaps, buffers, strict=True)
-        ):
-            with untracked(), torch.no_grad():
-                snaps = [b.detach().clone() for b in buffers]
-            self._snapshots[i] = snaps
-        return snaps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not torch.is_grad_enabled() or not self.training:
             return self.chain(x)
         step = _Step(self, x)
         # a 0-byte leaf that requires grad puts the Function in the graph even when neither x nor
-        # the Function's other inputs do (parameters are reached through the inner backward calls)
+        # any parameter requires grad (parameters are inputs so torch.autograd.grad can reach them)
         anchor = torch.empty(0, device=x.device, requires_grad=True)
-        out = _ReplayFunction.apply(step, anchor, x)
+        out = ReplayFunction.apply(step, anchor, 1, x, *step.params)
         step.output_ref = weakref.ref(out)
         return out
 
