@@ -1,0 +1,203 @@
+"""What a recomputation preserves (remat.executor.replay_core), for the chain replay and the graph
+replay alike: autocast, RNG of ops on no list, parameter gradients for torch.autograd.grad and
+backward(inputs=...), GradScaler, integer inputs; each checked against the plain model's step."""
+
+from __future__ import annotations
+
+import copy
+import functools
+
+import chain_ops
+import pytest
+import torch
+import torch.utils.checkpoint as torch_checkpoint
+from graph_schedules import checkpoint_schedule
+from torch import nn
+
+from remat.executor.graph_profile import profile_graph
+from remat.executor.graph_replay import GraphReplay
+from remat.executor.replay import RematChain
+
+KINDS = ("chain", "graph")
+
+
+class Noisy(nn.Module):
+    """Random ops that are on no list of 'random' ops: log_normal_, bernoulli_, randn_like."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale = torch.empty_like(x).log_normal_(0.0, 0.25)
+        keep = torch.empty_like(x).bernoulli_(0.8)
+        return x * scale * keep + 0.1 * torch.randn_like(x)
+
+
+def _model() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Linear(16, 32),
+        nn.BatchNorm1d(32),
+        Noisy(),
+        nn.GELU(),
+        nn.Linear(32, 32),
+        nn.Dropout(0.3),
+        nn.Linear(32, 8),
+    ).train()
+
+
+def _input() -> torch.Tensor:
+    return torch.randn(12, 16, generator=torch.Generator().manual_seed(1))
+
+
+@functools.cache
+def _graph_profile():
+    return profile_graph(_model(), example_inputs=_input(), name="noisy")
+
+
+def _wrap(kind: str, model: nn.Module) -> nn.Module:
+    """Every piece recomputed: the least-memory schedule of each replay."""
+    if kind == "chain":
+        return RematChain(model, chain_ops.recompute_all(len(model)))
+    profile = _graph_profile()
+    return GraphReplay(model, checkpoint_schedule(profile, []), profile)
+
+
+def _pair(kind: str) -> tuple[nn.Module, nn.Module, nn.Module]:
+    """(plain model, its copy, the copy wrapped)."""
+    plain = _model()
+    copied = copy.deepcopy(plain)
+    return plain, copied, _wrap(kind, copied)
+
+
+def _weight() -> torch.Tensor:
+    return torch.randn(12, 8, generator=torch.Generator().manual_seed(2))
+
+
+def _loss(module: nn.Module, x: torch.Tensor, seed: int = 7) -> torch.Tensor:
+    torch.manual_seed(seed)
+    return (module(x).float() * _weight()).sum()
+
+
+def _assert_same_state(a: nn.Module, b: nn.Module) -> None:
+    for (name, p), q in zip(a.named_parameters(), b.parameters(), strict=True):
+        assert (p.grad is None) == (q.grad is None), name
+        if p.grad is not None:
+            assert torch.equal(p.grad, q.grad), name
+    for (name, buf), other in zip(a.named_buffers(), b.buffers(), strict=True):
+        assert torch.equal(buf, other), f"buffer {name}: BatchNorm statistics must be updated once per step"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_random_ops_on_no_list_are_replayed_exactly(kind):
+    plain, copied, wrapped = _pair(kind)
+    x = _input()
+    _loss(plain, x).backward()
+    rng_plain = torch.get_rng_state()
+    _loss(wrapped, x).backward()
+    assert torch.equal(torch.get_rng_state(), rng_plain), "the replay left the global RNG elsewhere"
+    _assert_same_state(plain, copied)
+    # the check can fail: a recompute that draws fresh numbers gives other gradients
+    _loss(plain, x, seed=8).backward()
+    assert not torch.equal(plain[0].weight.grad, 2 * copied[0].weight.grad)
+
+
+def _autocast_grads(module: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
+    for p in module.parameters():
+        p.grad = None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = _loss(module, x)
+    loss.backward()  # outside autocast, as training loops do
+    return [p.grad.clone() for p in module.parameters()]
+
+
+def _checkpointed(model: nn.Sequential) -> nn.Module:
+    class PerLayer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = model
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for layer in self.layers:
+                x = torch_checkpoint.checkpoint(layer, x, use_reentrant=False)
+            return x
+
+    return PerLayer()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bf16_autocast_recomputes_in_bf16(kind):
+    x = _input()
+    plain, copied, wrapped = _pair(kind)
+    reference = _autocast_grads(plain, x)
+    ours = _autocast_grads(wrapped, x)
+    torch_ckpt = _autocast_grads(_checkpointed(copy.deepcopy(_model())), x)
+    # the bound: what torch.utils.checkpoint itself differs from plain autocast training
+    bound = max((a - b).abs().max().item() for a, b in zip(torch_ckpt, reference, strict=True))
+    error = max((a - b).abs().max().item() for a, b in zip(ours, reference, strict=True))
+    assert error <= bound, f"gradients {error:.3g} off plain autocast training; torch.utils.checkpoint: {bound:.3g}"
+    # autocast really changed the numbers (a recompute in fp32 would be caught)
+    for p in plain.parameters():
+        p.grad = None
+    _loss(plain, x).backward()
+    assert max((p.grad - r).abs().max().item() for p, r in zip(plain.parameters(), reference, strict=True)) > 1e-4
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_autograd_grad_returns_the_plain_gradients(kind):
+    plain, copied, wrapped = _pair(kind)
+    x = _input()
+    params = list(plain.parameters())
+    expected = torch.autograd.grad(_loss(plain, x), params)
+    mine = list(copied.parameters())
+    marker = torch.full_like(mine[0], 5.0)
+    mine[0].grad = marker.clone()
+    got = torch.autograd.grad(_loss(wrapped, x), mine)
+    for a, b in zip(got, expected, strict=True):
+        assert torch.equal(a, b)
+    assert torch.equal(mine[0].grad, marker), "torch.autograd.grad must not touch .grad"
+    assert all(p.grad is None for p in mine[1:])
+    # a subset, and with the input too
+    subset = torch.autograd.grad(_loss(wrapped, x), [mine[4], mine[2]])
+    assert torch.equal(subset[0], expected[4]) and torch.equal(subset[1], expected[2])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_backward_inputs_fills_only_the_chosen_gradients(kind):
+    plain, copied, wrapped = _pair(kind)
+    x = _input()
+    chosen = [0, 5]
+    _loss(plain, x).backward(inputs=[list(plain.parameters())[k] for k in chosen])
+    _loss(wrapped, x).backward(inputs=[list(copied.parameters())[k] for k in chosen])
+    _assert_same_state(plain, copied)
+    assert sum(p.grad is not None for p in copied.parameters()) == len(chosen)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_grad_scaler_trains_as_the_plain_model(kind):
+    plain, copied, wrapped = _pair(kind)
+    x = _input()
+    for module, params in ((plain, plain.parameters()), (wrapped, copied.parameters())):
+        opt = torch.optim.SGD(list(params), lr=0.1)
+        scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+        for step in range(2):
+            opt.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = _loss(module, x, seed=step)
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            scaler.step(opt)
+            scaler.update()
+    _assert_same_state(plain, copied)
+    for p, q in zip(plain.parameters(), copied.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
+def test_integer_token_input_has_no_input_gradient():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(50, 16), nn.Linear(16, 16), nn.Dropout(0.2), nn.Linear(16, 8)).train()
+    copied = copy.deepcopy(model)
+    wrapped = RematChain(copied, chain_ops.recompute_all(len(model)))
+    ids = torch.randint(0, 50, (12,), generator=torch.Generator().manual_seed(3))
+    _loss(model, ids).backward()
+    _loss(wrapped, ids).backward()
+    _assert_same_state(model, copied)
+    grads = torch.autograd.grad(_loss(wrapped, ids), list(copied.parameters()))
+    assert all(torch.equal(g, p.grad) for g, p in zip(grads, copied.parameters(), strict=True))
