@@ -201,3 +201,67 @@ def test_integer_token_input_has_no_input_gradient():
     _assert_same_state(model, copied)
     grads = torch.autograd.grad(_loss(wrapped, ids), list(copied.parameters()))
     assert all(torch.equal(g, p.grad) for g, p in zip(grads, copied.parameters(), strict=True))
+
+
+def _allocator_peak(step) -> int:
+    """Peak bytes the CPU allocator had allocated during ``step()`` above what it held before (the
+    c10 allocator's running total, from torch.profiler's memory events)."""
+    from torch._C._profiler import _ExtraFields_Allocation
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    events, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        event = stack.pop()
+        stack.extend(event.children)
+        fields = event.extra_fields
+        if isinstance(fields, _ExtraFields_Allocation) and fields.device.type == "cpu":
+            events.append((event.start_time_ns, fields.total_allocated, fields.alloc_size))
+    events.sort()
+    base = events[0][1] - events[0][2]
+    return max(total for _, total, _ in events) - base
+
+
+class _Block(nn.Module):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.ln, self.fc, self.out = nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.out(nn.functional.gelu(self.fc(self.ln(x))))
+
+
+def _peaks(module: nn.Module, step) -> tuple[int, int]:
+    """(live-tensor peak, allocator peak) of one training step, parameter gradients pre-allocated."""
+    from remat.executor.measure import prepare_grads
+    from remat.executor.memory import memory_meter
+
+    prepare_grads(module)
+    step()  # warm-up
+    prepare_grads(module)
+    with memory_meter("cpu") as meter:
+        step()
+    prepare_grads(module)
+    return meter.peak_bytes, _allocator_peak(step)
+
+
+def test_chain_store_all_holds_what_the_plain_step_holds():
+    """A language-model-like chain whose loss (cross-entropy) does not keep the logits: store-all
+    must not keep them either (it used to: +1 logits-sized tensor)."""
+    torch.manual_seed(0)
+    vocab, width = 2000, 32
+    model = nn.Sequential(
+        nn.Embedding(vocab, width), _Block(width), _Block(width), nn.LayerNorm(width), nn.Linear(width, vocab)
+    ).train()
+    wrapped = RematChain(copy.deepcopy(model), chain_ops.store_all(len(model)))
+    ids = torch.randint(0, vocab, (64,), generator=torch.Generator().manual_seed(1))
+    target = torch.randint(0, vocab, (64,), generator=torch.Generator().manual_seed(2))
+
+    def step_of(module):
+        return lambda: nn.functional.cross_entropy(module(ids), target).backward()
+
+    plain_live, plain_alloc = _peaks(model, step_of(model))
+    live, alloc = _peaks(wrapped, step_of(wrapped))
+    assert live == plain_live
+    assert abs(alloc - plain_alloc) <= 0.01 * plain_alloc, (alloc, plain_alloc)
+    assert plain_alloc > 64 * vocab * 4  # the logits are in it: one more would show

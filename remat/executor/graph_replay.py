@@ -38,6 +38,7 @@ import contextlib
 import functools
 import statistics
 import weakref
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -123,7 +124,7 @@ class _Step:
         self.params = owner.params
         self.sink: GradSink | None = None
         devices = accelerator_devices([*inputs, *self.params])
-        self.recompute = Recomputer(devices, owner.piece_buffers.__getitem__, owner.snapshots)
+        self.recompute = Recomputer(devices, owner.recomputed, owner.piece_buffers.__getitem__, owner.snapshots)
 
     # -- helpers --------------------------------------------------------------------------
     def fetch(self, name: str) -> Any:
@@ -308,6 +309,10 @@ class GraphReplay(nn.Module):
         for c, names in enumerate(self.plan.grad_inputs):
             for name in names:
                 self.grad_consumers.setdefault(name, []).append(c)
+        computes = Counter(v for name, v in ops if name == "compute")
+        self.recomputed = frozenset(
+            p for v, (kind, p) in enumerate(self.kinds) if kind == "forward" and computes[v] > 1
+        )
         self.params = trainable_params([model])
         self.snapshots = BufferSnapshots()
         self._anchor = torch.empty(0, requires_grad=True)

@@ -36,6 +36,7 @@ says. Consistency choices (explained in the report of issue 5):
 from __future__ import annotations
 
 import weakref
+from collections import Counter
 from collections.abc import Sequence
 
 import torch
@@ -90,7 +91,9 @@ class _Step:
         self.output_ref: weakref.ref | None = None
         self.sink: GradSink | None = None
         devices = accelerator_devices([x, *self.params])
-        self.recompute = Recomputer(devices, lambda i: list(owner.chain.stages[i].buffers()), owner.snapshots)
+        self.recompute = Recomputer(
+            devices, owner.recomputed, lambda i: list(owner.chain.stages[i].buffers()), owner.snapshots
+        )
 
     # -- helpers --------------------------------------------------------------------------
     def _input(self, i: int) -> torch.Tensor:
@@ -216,6 +219,8 @@ class RematChain(nn.Module):
         first_b = next(k for k, (name, _) in enumerate(self.ops) if name == "B")
         self.forward_ops = self.ops[:first_b]
         self.backward_ops = self.ops[first_b:]
+        forwards = Counter(i for name, i in self.ops if name != "B")
+        self.recomputed = frozenset(i for i, count in forwards.items() if count > 1)
         self.snapshots = BufferSnapshots()
         # called as observer(position, op, index, "before" | "after") around every op (measurement)
         self.observer = None

@@ -87,6 +87,15 @@ class RngState:
             states = tuple((d, _device_module(d).get_rng_state(d.index)) for d in devices)
         return RngState(cpu, states)
 
+    def same_as(self, other: RngState | None) -> bool:
+        """Whether ``other`` holds the same generator states (then one copy serves both)."""
+        return (
+            other is not None
+            and torch.equal(self.cpu, other.cpu)
+            and len(self.devices) == len(other.devices)
+            and all(a == c and torch.equal(b, d) for (a, b), (c, d) in zip(self.devices, other.devices, strict=True))
+        )
+
     def restore(self) -> None:
         torch.set_rng_state(self.cpu)
         for device, state in self.devices:
@@ -122,29 +131,38 @@ class BufferSnapshots:
 
 
 class Recomputer:
-    """Per-step record of each piece's first forward (RNG, autocast), and the context that makes a
-    later run of the piece a faithful recomputation. ``buffers(key)`` lists the piece's buffers."""
+    """Per-step record of each recomputed piece's first forward (RNG, autocast), and the context that
+    makes a later run of the piece a faithful recomputation.
+
+    ``recomputed``: the pieces the schedule runs forward more than once (only those need a
+    record: store-all holds nothing the plain step does not); ``buffers(key)`` lists a piece's
+    buffers.
+    """
 
     def __init__(
         self,
         devices: Sequence[torch.device],
+        recomputed: Iterable[int],
         buffers: Callable[[int], Sequence[torch.Tensor]],
         snapshots: BufferSnapshots,
     ) -> None:
         self.devices = tuple(devices)
+        self.recomputed = frozenset(recomputed)
         self._buffers = buffers
         self._snapshots = snapshots
         self._first: dict[int, tuple[RngState, AutocastState]] = {}
-
-    def has_run(self, key: int) -> bool:
-        """Whether piece ``key`` ran its first forward in this step."""
-        return key in self._first
+        self._last: RngState | None = None
 
     @contextlib.contextmanager
     def running(self, key: int) -> Iterator[None]:
         """Wrap every forward of piece ``key``: remember the first, replay it for the others."""
         if key not in self._first:
-            self._first[key] = (RngState.current(self.devices), AutocastState.current())
+            if key in self.recomputed:
+                rng = RngState.current(self.devices)
+                if rng.same_as(self._last):  # no draw since the last record: share its copy
+                    rng = self._last
+                self._last = rng
+                self._first[key] = (rng, AutocastState.current())
             yield
             return
         rng, autocast = self._first[key]
