@@ -18,18 +18,18 @@ onto tensors as the profile's mapping says (module docstring of ``graph_profile`
 * ``compute grad:output``: the gradient of the model output that autograd hands the Function.
 * ``compute bwd:p``: sum the gradient contributions of p's consumers' backward nodes (and the seed
   for the model output), run p's backward over its recorded graph, keep the gradients w.r.t. p's
-  inputs; parameter gradients are accumulated into ``.grad`` the first time ``bwd:p`` runs in the
-  step (a recomputed backward does not add them twice).
+  inputs; parameter gradients are delivered (into ``.grad``, or returned for
+  ``torch.autograd.grad``: remat.executor.replay_core) the first time ``bwd:p`` runs in the step
+  (a recomputed backward does not add them twice).
 * ``free v``: drop the executor's reference. Dropping the seed releases its storage when only
   autograd's own argument tuple could still see it (as the chain replay does for ``g[n]``).
 
-Guarantees, as for the chain replay: gradients equal the plain model's; a recomputed piece
-replays the RNG state of its first run in the step (dropout draws the same mask) and leaves the
-global RNG where it was; its buffers (BatchNorm running statistics) are restored after the
-recomputation, so they are updated once per step; a schedule, profile and model that do not
-belong together are refused with a one-line error. Under ``torch.no_grad()`` or in eval mode the
-wrapper runs the plain model. Gradients w.r.t. the model input are not produced (the profile does
-not count them): an input that requires grad is refused.
+Guarantees, as for the chain replay: gradients equal the plain model's; a recomputed piece runs
+as its first run in the step did (remat.executor.replay_core: autocast state, every device's RNG
+whatever op draws from it, buffers restored so BatchNorm statistics are updated once); a
+schedule, profile and model that do not belong together are refused with a one-line error. Under
+``torch.no_grad()`` or in eval mode the wrapper runs the plain model. Gradients w.r.t. the model
+input are not produced (the profile does not count them): an input that requires grad is refused.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def _attr(root: nn.Module, target: str) -> Any:
 
 
 class _Step:
-    """State of one training step: held forward pieces, the seed, input gradients, RNG snapshots."""
+    """State of one training step: held forward pieces, the seed, input gradients, the recomputation record."""
 
     def __init__(self, owner: GraphReplay, inputs: Sequence[torch.Tensor]) -> None:
         self.owner = owner
