@@ -44,7 +44,8 @@ class ConvNet(nn.Module):
 
 
 class SkipNet(nn.Module):
-    """A stem whose output feeds a conv branch and a skip that are added."""
+    """A stem whose output feeds a conv branch and a skip that are added (the branch ends in a
+    ReLU, which saves its output: an unsaved branch output would join the add's piece)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -54,7 +55,7 @@ class SkipNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         s = torch.relu(self.stem(x))
-        y = torch.relu(self.branch(s) + s)
+        y = torch.relu(torch.relu(self.branch(s)) + s)
         return self.head(y.flatten(1))
 
 
