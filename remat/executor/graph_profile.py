@@ -6,8 +6,9 @@ Granularity: *pieces*, between op level and module level.
     parameters other than a normalization layer) or op with several tensor inputs (add, cat)
     starts a new piece; a cheap single-input op (BatchNorm, activation, pooling, dropout, view)
     whose input has no other consumer joins its producer's piece. So conv+bn+relu is one piece,
-    a residual ``add`` + the following ``relu`` is one piece, and ResNet-50 has 70 pieces (141 graph
-    nodes), VGG16 16, MobileNetV2 ~53. Op level would give ResNet-50 ~500 forward ops and an ILP
+    and a residual ``add`` + the following ``relu`` joins the block's last conv+bn (see the merge
+    below): ResNet-50 (zoo) has 50 pieces (101 graph nodes), VGG16 16, MobileNetV2 53. Op level
+    would give ResNet-50 ~500 forward ops and an ILP
     four times larger, and the intermediates fused away (bn output before relu) are transient in
     the executor anyway; module level (one node per residual block) would hide the skip
     structure the graph solver exists to exploit. Ops whose result is not a tensor (``x.size(0)``)
