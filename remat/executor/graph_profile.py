@@ -5,18 +5,18 @@ Granularity: *pieces*, between op level and module level.
     Every "anchor" op (a convolution, linear layer, matmul, attention, any leaf module holding
     parameters other than a normalization layer) or op with several tensor inputs (add, cat)
     starts a new piece; a cheap single-input op (BatchNorm, activation, pooling, dropout, view)
-    whose input has no other consumer joins its producer's piece. So conv+bn+relu is one piece,
-    and a residual ``add`` + the following ``relu`` joins the block's last conv+bn (see the merge
-    below): ResNet-50 (zoo) has 50 pieces (101 graph nodes), VGG16 16, MobileNetV2 53. Op level
-    would give ResNet-50 ~500 forward ops and an ILP
-    four times larger, and the intermediates fused away (bn output before relu) are transient in
-    the executor anyway; module level (one node per residual block) would hide the skip
-    structure the graph solver exists to exploit. Ops whose result is not a tensor (``x.size(0)``)
-    join the piece of their latest input; ``getitem`` on a tuple joins its producer. Last, a
-    piece whose outputs nobody saves (neither its own autograd graph nor a reader's, e.g. a
-    BatchNorm output before a residual add) is merged with the pieces that read them: a forward
-    node holds its outputs until its backward, where the plain model frees such a value once read,
-    so that boundary would make store-all hold more than the plain step.
+    whose input has no other consumer joins its producer's piece. Ops whose result is not a
+    tensor (``x.size(0)``) join the piece of their latest input; ``getitem`` on a tuple joins its
+    producer. Last, a piece whose outputs nobody saves (neither its own autograd graph nor a
+    reader's, e.g. a BatchNorm output before a residual add) is merged with the pieces that read
+    them: a forward node holds its outputs until its backward, where the plain model frees such a
+    value once read, so that boundary would make store-all hold more than the plain step. So
+    conv+bn+relu is one piece, a residual ``add`` + the following ``relu`` joins the block's last
+    conv+bn, and ResNet-50 (zoo) has 50 pieces (101 graph nodes), VGG16 16, MobileNetV2 53. Op
+    level would give ResNet-50 ~500 forward ops and an ILP four times larger, and the
+    intermediates fused away (bn output before relu) are transient in the executor anyway; module
+    level (one node per residual block) would hide the skip structure the graph solver exists to
+    exploit.
 
 Graph (DESIGN.md's graph model: one size per node, edge ``[u, v]`` = v reads u's output):
     * forward node ``F_p`` per piece p, in the trace's topological order. Computing it runs the
