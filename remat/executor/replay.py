@@ -13,8 +13,7 @@ tensors exactly as in the simulator (docs/model.md):
 * ``a[i]``: a tensor computed under ``no_grad`` (``F_ck``/``F_n``), or the caller's input for a[0];
 * ``abar[i+1]``: ``(leaf, out)`` from a recording forward of stage i (``F_all``) on
   ``leaf = a_i.detach().requires_grad_()``: autograd keeps the stage's saved tensors alive through
-  ``out``'s graph; for ``abar[n]`` the bytes of ``a_n`` belong to the caller's output (the
-  executor keeps only the graph), so store-all holds what the plain model's step holds;
+  ``out``'s graph;
 * ``g[i]``: ``leaf.grad`` after ``B i`` ran the stage's backward from ``out`` with ``g[i+1]``;
   parameter gradients go where the caller's backward wants them (``.grad`` for
   ``loss.backward()``/``backward(inputs=...)``, returned for ``torch.autograd.grad``).
@@ -49,7 +48,6 @@ from remat.executor.replay_core import (
     Recomputer,
     ReplayFunction,
     accelerator_devices,
-    hollow,
     release_output_grad,
     trainable_params,
 )
@@ -166,12 +164,8 @@ class _Step:
         for position, (op, i) in enumerate(self.owner.forward_ops):
             self._run_observed(position, op, i)
         _, out = self.abar[self.n]
-        result = out.detach()
-        # The caller's output owns a_n's bytes: the executor keeps only the graph behind it, so
-        # a_n lives exactly as long as in the plain model (a loss that does not save its input,
-        # like cross-entropy, lets it go).
-        hollow(out)
-        return result
+        # a_n stays in abar[n] until B n-1, as the chain model counts it (docs/executor.md, abar[n])
+        return out.detach()
 
     def backward_phase(self, grad_output: torch.Tensor, sink: GradSink) -> tuple[torch.Tensor | None]:
         self.sink = sink

@@ -202,13 +202,6 @@ def release_output_grad(g: torch.Tensor | None, output: weakref.ref | None) -> N
         notify_resized(g)
 
 
-def hollow(t: torch.Tensor) -> None:
-    """Drop ``t``'s storage but keep its shape, dtype and autograd graph, so a backward from it
-    still runs while the bytes belong only to whoever else holds them (the caller's output)."""
-    with untracked(), contextlib.suppress(RuntimeError):  # a tensor type that refuses keeps its bytes
-        t.data = t.data.new_zeros((1,)).expand(t.shape)
-
-
 def _engine_wants(param: torch.Tensor) -> str:
     """'accumulate', 'return' or 'skip': what the running backward does with ``param``'s gradient."""
     node = _get_grad_fn_or_grad_acc(param)
@@ -310,7 +303,6 @@ __all__ = [
     "ReplayFunction",
     "RngState",
     "accelerator_devices",
-    "hollow",
     "release_output_grad",
     "trainable_params",
 ]
