@@ -8,9 +8,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from collections.abc import Iterator, Sequence
 
+from remat.cli_args import (
+    TIME_LIMIT_HELP,
+    integer_at_least,
+    join_negative_values,
+    output_file,
+    plot_file,
+    seconds,
+)
 from remat.schedules import (
     ChainProfile,
     RematError,
@@ -24,6 +33,7 @@ from remat.schedules import (
 from remat.schedules.simulator import check_schedule
 
 EXIT_USER_ERROR = 2
+EXIT_INTERNAL_ERROR = 1
 
 
 class _Parser(argparse.ArgumentParser):
@@ -52,7 +62,10 @@ def reference_peak(profile) -> int:
 def parse_budget(text: str, profile) -> int:
     """Bytes from ``6GiB``, ``500MB``, ``123`` or ``40%`` (of the store-all peak)."""
     reference = reference_peak(profile) if text.strip().endswith("%") else None
-    return parse_size(text, reference)
+    try:
+        return parse_size(text, reference)
+    except RematError as error:
+        raise RematError(f"--budget: {error}") from None
 
 
 @contextlib.contextmanager
@@ -299,8 +312,6 @@ def _cmd_execute(args: argparse.Namespace) -> int:
     from remat.executor.replay import RematChain
 
     schedule = load_schedule(args.schedule)
-    if args.steps < 1:
-        raise RematError("--steps: must be at least 1")
     if schedule.kind != "chain":
         return _execute_graph(args, schedule)
     device = resolve_device(args.device)
@@ -396,15 +407,15 @@ def build_parser() -> argparse.ArgumentParser:
     solve.add_argument(
         "--strategy", default="store-all", help="strategy name (see 'remat strategies'; default store-all)"
     )
-    solve.add_argument("--segments", type=int, help="sequential: force this many segments")
+    solve.add_argument("--segments", type=integer_at_least(1), help="sequential: force this many segments")
     solve.add_argument(
-        "--checkpoints", type=int, help="revolve: force this many checkpoint slots (the input's included)"
+        "--checkpoints",
+        type=integer_at_least(1),
+        help="revolve: force this many checkpoint slots (the input's included)",
     )
-    solve.add_argument("--slots", type=int, help="optimal: memory discretization levels (default 500)")
-    solve.add_argument(
-        "--time-limit", type=float, help="ilp, lp-rounding: solver time limit in seconds (ilp default 60)"
-    )
-    solve.add_argument("-o", "--output", help="write the schedule JSON here")
+    solve.add_argument("--slots", type=integer_at_least(1), help="optimal: memory discretization levels (default 500)")
+    solve.add_argument("--time-limit", type=seconds, help=f"ilp, lp-rounding: {TIME_LIMIT_HELP} (ilp default 60)")
+    solve.add_argument("-o", "--output", type=output_file, help="write the schedule JSON here")
     solve.set_defaults(func=_cmd_solve)
 
     simulate_cmd = sub.add_parser(
@@ -415,7 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     simulate_cmd.add_argument("profile", help="chain or graph profile (JSON)")
     simulate_cmd.add_argument("schedule", help="schedule (JSON)")
-    simulate_cmd.add_argument("--plot", help="draw memory over ops into this PNG")
+    simulate_cmd.add_argument("--plot", type=plot_file, help="draw memory over ops into this PNG (or .pdf, .svg)")
     simulate_cmd.add_argument(
         "--ignore-hash", action="store_true", help="simulate even if the schedule was solved for another profile"
     )
@@ -429,16 +440,23 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="example: remat pareto examples/resnet_like.json -o front.png --csv front.csv",
     )
     pareto.add_argument("profile", help="chain or graph profile (JSON)")
-    pareto.add_argument("-o", "--output", help="write the plot (PNG) here")
-    pareto.add_argument("--csv", help="write one row per front point (CSV) here")
-    pareto.add_argument("--json", help="write the front points (JSON) here")
+    pareto.add_argument("-o", "--output", type=plot_file, help="write the plot (PNG, or .pdf, .svg) here")
+    pareto.add_argument("--csv", type=output_file, help="write one row per front point (CSV) here")
+    pareto.add_argument("--json", type=output_file, help="write the front points (JSON) here")
     pareto.add_argument(
         "--strategies", help="comma-separated strategy names (default: every strategy for the profile kind)"
     )
-    pareto.add_argument("--slots", type=int, help="optimal: memory discretization levels (default 500)")
-    pareto.add_argument("--points", type=int, default=24, help="budgets per baseline sweep (chains; default 24)")
-    pareto.add_argument("--time-limit", type=float, default=10.0, help="graphs: seconds per ILP solve (default 10)")
-    pareto.add_argument("--workers", type=int, default=1, help="graphs: solver threads (default 1)")
+    pareto.add_argument("--slots", type=integer_at_least(1), help="optimal: memory discretization levels (default 500)")
+    pareto.add_argument(
+        "--points", type=integer_at_least(1), default=24, help="budgets per baseline sweep (chains; default 24)"
+    )
+    pareto.add_argument(
+        "--time-limit",
+        type=seconds,
+        default=10.0,
+        help=f"graphs: per ILP / LP-rounding solve, {TIME_LIMIT_HELP} (default 10)",
+    )
+    pareto.add_argument("--workers", type=integer_at_least(1), default=1, help="graphs: solver processes (default 1)")
     pareto.set_defaults(func=_cmd_pareto)
 
     strategies = sub.add_parser(
@@ -457,7 +475,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_model_args(profile_cmd)
     profile_cmd.add_argument("--graph", action="store_true", help="write a graph profile (op-level DAG) instead")
-    profile_cmd.add_argument("--repeats", type=int, default=5, help="timed runs per stage (median; default 5)")
+    profile_cmd.add_argument(
+        "--repeats", type=integer_at_least(1), default=5, help="timed runs per stage (median; default 5)"
+    )
     profile_cmd.add_argument(
         "--time-source",
         choices=("measured", "flops"),
@@ -465,7 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="--graph: node times measured on the device (default) or estimated from FLOPs",
     )
     profile_cmd.add_argument("--name", help="profile name (default: factory-bBATCH-device)")
-    profile_cmd.add_argument("-o", "--output", required=True, help="write the profile JSON here")
+    profile_cmd.add_argument("-o", "--output", type=output_file, required=True, help="write the profile JSON here")
     profile_cmd.set_defaults(func=_cmd_profile)
 
     execute_cmd = sub.add_parser(
@@ -478,27 +498,50 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(execute_cmd)
     execute_cmd.add_argument("--schedule", required=True, help="chain or graph schedule (JSON)")
     execute_cmd.add_argument("--profile", help="the profile the schedule was solved for (default: profile now)")
-    execute_cmd.add_argument("--steps", type=int, default=3, help="measured steps (default 3)")
-    execute_cmd.add_argument("--json", help="write the report JSON here")
-    execute_cmd.add_argument("--plot", help="draw predicted and measured memory per op into this PNG")
+    execute_cmd.add_argument("--steps", type=integer_at_least(1), default=3, help="measured steps (default 3)")
+    execute_cmd.add_argument("--json", type=output_file, help="write the report JSON here")
+    execute_cmd.add_argument(
+        "--plot", type=plot_file, help="draw predicted and measured memory per op (MiB) into this PNG"
+    )
     execute_cmd.set_defaults(func=_cmd_execute)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``remat`` command; returns the exit status (0 ok, 2 bad input, 1 internal error)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return EXIT_USER_ERROR
     try:
+        args = parser.parse_args(join_negative_values(parser, sys.argv[1:] if argv is None else list(argv)))
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return EXIT_USER_ERROR
         return args.func(args)
     except RematError as error:
-        print(f"remat: error: {error}", file=sys.stderr)
+        print(f"remat: error: {_one_line(str(error))}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except SystemExit as done:  # argparse: --help, --version and usage errors (already printed)
+        return done.code if isinstance(done.code, int) else EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("remat: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:
+        print("remat: error: out of memory (try a smaller --slots, model or input)", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except Exception as error:  # noqa: BLE001 - a bug in remat: one line, the traceback on request
+        if os.environ.get("REMAT_DEBUG"):
+            raise
+        print(
+            f"remat: internal error: {type(error).__name__}: {_one_line(str(error))} "
+            "(a bug in remat; rerun with REMAT_DEBUG=1 for the traceback and please report it)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL_ERROR
+
+
+def _one_line(text: str) -> str:
+    """The first line of a message, so that every error stays one line on stderr."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[0] + (" ..." if len(lines) > 1 else "") if lines else "(no message)"
 
 
 if __name__ == "__main__":
