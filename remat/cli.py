@@ -174,8 +174,7 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
 
     profile = load_profile(args.profile)
     kind = _kind(profile)
-    if args.slots is not None and args.slots < 1:
-        raise RematError(f"--slots: must be a positive integer, got {args.slots}")
+    failed = ()
     if args.strategies:
         strategies = [name.strip() for name in args.strategies.split(",") if name.strip()]
     else:
@@ -196,23 +195,25 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
                 "pareto for graph profiles needs remat.solver.graph_pareto, which is not in this build"
             ) from error
 
-        points = list(
-            graph_front(
-                profile,
-                strategies=strategies,
-                budgets=None,
-                time_limit=args.time_limit,
-                workers=args.workers,
-                progress=True,
-            )
+        front = graph_front(
+            profile,
+            strategies=strategies,
+            budgets=None,
+            time_limit=args.time_limit,
+            workers=args.workers,
+            progress=True,
         )
+        points = list(front.points)
+        failed = front.failed
         by_strategy = {}
         for point in points:
             by_strategy.setdefault(point.strategy, []).append(point)
         marks = {}
         store_all_ms = profile.store_all_compute_ms
     if not points:
-        raise RematError("no strategy produced a schedule for this profile")
+        first = f": {failed[0].strategy} at {format_size(failed[0].budget)}: {failed[0].message}" if failed else ""
+        raise RematError(f"no strategy produced a schedule for this profile{first}")
+    _print_failed(failed)
     from remat.solver.pareto import overhead_percent, write_front_csv, write_front_json
 
     print(f"{'strategy':<14} {'points':>6}  {'least memory':>14}  {'its step time':>16}")
@@ -236,6 +237,19 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
         plot_front(f"{profile.name}: step time vs peak memory", by_strategy, store_all_ms, args.output, marks)
         print(f"wrote {args.output}")
     return 0
+
+
+def _print_failed(failed) -> None:
+    """One line per (strategy, budget) of a graph front that gave no schedule, with its reason."""
+    if not failed:
+        return
+    unexpected = sum(f.unexpected for f in failed)
+    print(
+        f"{len(failed)} budget(s) gave no schedule"
+        + (f" ({unexpected} unexpected: please report)" if unexpected else "")
+    )
+    for f in failed:
+        print(f"  {f.strategy} at {format_size(f.budget)} ({f.budget} bytes): {f.message}")
 
 
 def _cmd_strategies(args: argparse.Namespace) -> int:
