@@ -114,21 +114,12 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     with _elapsed_bar(profile, args.strategy, args.time_limit):
         schedule = solve(profile, budget, args.strategy, **options)
     check_schedule(profile, schedule)
-    predicted = schedule.predicted
     if args.output:
         save_schedule(schedule, args.output)
-    print(f"strategy     {schedule.strategy}")
-    print(f"budget       {format_size(budget)} ({budget} bytes)")
-    print(f"peak memory  {format_size(predicted.peak_memory)} ({predicted.peak_memory} bytes)")
-    base = predicted.compute_ms - predicted.recompute_ms
-    overhead = 100.0 * predicted.recompute_ms / base if base > 0 else 0.0
-    print(f"step time    {predicted.compute_ms:.3f} ms (recompute {predicted.recompute_ms:.3f} ms, +{overhead:.1f}%)")
-    print(f"ops          {len(schedule.ops)}")
-    for key, value in schedule.extra.items():
-        if isinstance(value, float):
-            value = f"{100 * value:.2f}%" if key == "gap" else f"{value:.6g}"
-        if isinstance(value, (int, str)):
-            print(f"{key:<12} {value}")
+    from remat.cli_text import solve_lines
+
+    for label, text in solve_lines(schedule, args.budget, reference_peak(profile)):
+        print(f"{label:<12} {text}")
     if args.output:
         print(f"wrote {args.output}")
     return 0
@@ -288,11 +279,10 @@ def _cmd_profile(args: argparse.Namespace) -> int:
             name=name,
             repeats=args.repeats,
         )
-        from remat.schedules import save_profile, simulate
+        from remat.schedules import save_profile
 
         save_profile(profile, args.output)
-        store_all = [("compute", v) for v in range(profile.size)]
-        peak = simulate(profile, store_all, timeline=False).peak_memory
+        peak = reference_peak(profile)  # the one store-all peak: what --budget 40% is 40% of
         print(
             f"graph profile: {profile.size} nodes, {len(profile.edges)} edges; times: {args.time_source}; "
             f"store-all peak {format_size(peak)} ({peak} bytes); device {profile.metadata['device']}"

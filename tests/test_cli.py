@@ -102,3 +102,31 @@ def test_no_command_prints_help(capsys):
     code, out, _ = _run(capsys, [])
     assert code == 2
     assert "solve" in out and "simulate" in out
+
+
+@pytest.mark.parametrize("strategy", strategy_names("chain"))
+def test_solve_output_in_plain_words(capsys, strategy):
+    code, out, err = _run(capsys, ["solve", RESNET, "--budget", "40%", "--strategy", strategy])
+    if code == 2:  # a baseline that cannot fit 40%: its error, nothing else
+        assert "cannot fit" in err and out == ""
+        return
+    profile = load_profile(RESNET)
+    from remat.cli import reference_peak
+    from remat.schedules import format_size
+
+    peak = reference_peak(profile)
+    assert f"40% of the store-all peak, {format_size(peak)}" in out
+    assert "of the store-all peak" in out.splitlines()[2]  # peak memory as a share too
+    for jargon in ("claim", "slot_bytes", "slots ", "segment_starts", "forward_steps"):
+        assert jargon not in out, (jargon, out)
+
+
+def test_graph_ilp_output_says_when_the_limit_is_too_short(capsys):
+    code, out, err = _run(
+        capsys,
+        ["solve", str(EXAMPLES / "graph_resnet50.json"), "--budget", "50%", "--strategy", "ilp", "--time-limit", "1"],
+    )
+    assert code == 0, err
+    assert "found by     the warm start" in out
+    assert "note         the 1 s time limit ran out" in out and "larger --time-limit" in out
+    assert "backend" not in out and "variables" not in out

@@ -52,13 +52,15 @@ def infeasible(
     try:
         best, lower, status = minimum_peak(profile, time_limit, workers, hint=store_all_plan(profile))
     except TimeUp:
-        detail = f"the time limit ran out before the smallest feasible budget was found; it is at least {floor} bytes"
-        return InfeasibleBudgetError(strategy, budget, None, detail)
+        detail = "the time limit ran out before the smallest feasible budget was found"
+        return InfeasibleBudgetError(strategy, budget, floor, detail, bound="at least")
     lower = max(lower or 0, floor)
     if status == "optimal" and best is not None:
         return InfeasibleBudgetError(strategy, budget, best, "proven by the min-peak ILP")
-    detail = f"proven lower bound {format_size(lower)} ({lower} bytes)"
-    return InfeasibleBudgetError(strategy, budget, best, detail)
+    if best is None:
+        return InfeasibleBudgetError(strategy, budget, lower, "proven by the min-peak ILP", bound="at least")
+    detail = f"and it needs at least {format_size(lower)} ({lower} bytes), proven"
+    return InfeasibleBudgetError(strategy, budget, best, detail, bound="found")
 
 
 def solve(
@@ -74,9 +76,9 @@ def solve(
     if budget < floor:
         if best_baseline_plan(profile, floor) is not None:
             detail = "computing some node needs it and all its inputs in memory at once, and a schedule fits that"
-        else:
-            detail = "a lower bound: computing some node needs it and all its inputs in memory at once"
-        raise InfeasibleBudgetError(NAME, budget, floor, detail)
+            raise InfeasibleBudgetError(NAME, budget, floor, detail)
+        detail = "computing some node needs it and all its inputs in memory at once"
+        raise InfeasibleBudgetError(NAME, budget, floor, detail, bound="at least")
     total = profile.store_all_compute_ms
     # The greedy variants may use a quarter of the time (the first ones always run: a warm start).
     warm = best_baseline_plan(profile, budget, deadline.share(BASELINE_SHARE))

@@ -42,7 +42,7 @@ def solve(profile: GraphProfile, budget: int, time_limit: float = 60.0) -> Sched
     floor = memory_lower_bound(profile)
     if budget < floor:
         raise InfeasibleBudgetError(
-            NAME, budget, floor, "computing some node needs it and all its inputs in memory at once (a lower bound)"
+            NAME, budget, floor, "computing some node needs it and all its inputs in memory at once", bound="at least"
         )
     total = profile.store_all_compute_ms
     base = store_all_plan(profile)
