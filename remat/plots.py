@@ -150,8 +150,11 @@ def front_figure(title: str, by_strategy: dict, store_all_ms: float, marks: dict
     fig.tight_layout()
     placer = Placer(fig, ax)
     placer.place_legend(styles)
+    shown = [format_size(peak) for peak, _ in merged]
     for (peak, y), labels in merged.items():
-        placer.place(f"{' = '.join(labels)}\n{format_size(peak)}, {y:.1f} ms", (peak / scale, y))
+        # two marks whose sizes print alike (2.10 MiB) are told apart by their bytes
+        size = format_size(peak) + (f" ({peak:,} bytes)" if shown.count(format_size(peak)) > 1 else "")
+        placer.place(f"{' = '.join(labels)}\n{size}, {y:.1f} ms", (peak / scale, y))
     for name, point in ((n, p) for n, pts in by_strategy.items() for p in pts if p.compute_ms > top_y):
         text = f"↑ {name} at {format_size(point.peak_memory)}: {point.compute_ms:.0f} ms (off scale)"
         placer.place(text, (point.peak_memory / scale, top_y), small=True)

@@ -68,7 +68,7 @@ def _check(by_strategy, store_all_ms, marks):
             point = marks[labels[0]]
             assert all(marks[label] == point for label in labels)  # merged labels name the same point
             assert annotation.xy == pytest.approx((point.peak_memory / scale, point.compute_ms))
-            assert f"{format_size(point.peak_memory)}, {point.compute_ms:.1f} ms" in text
+            assert format_size(point.peak_memory) in text and text.endswith(f", {point.compute_ms:.1f} ms")
         boxes.append(annotation.get_bbox_patch().get_window_extent(renderer))
     boxes.append(ax.get_legend().get_window_extent(renderer))
     radius = 2.0  # pixels: the smallest marker drawn is 3 pt = 5 px across at 120 dpi
