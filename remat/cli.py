@@ -53,10 +53,28 @@ def _kind(profile) -> str:
 
 
 def reference_peak(profile) -> int:
-    """Store-all peak (bytes) of a profile: the reference for budgets given as percentages."""
+    """Store-all peak (bytes) of a profile: the simulated peak of the store-all strategy's
+    schedule, the one reference for budgets given as percentages (and for every "% of the
+    store-all peak" remat prints)."""
     from remat.solver import get_strategy
 
-    return get_strategy("store-all", _kind(profile)).solve(profile, 2**62).predicted.peak_memory
+    # a budget no profile can exceed (sizes are Python ints): the strategy never refuses it
+    unbounded = sum(_item_sizes(profile)) * 2 + 1
+    return get_strategy("store-all", _kind(profile)).solve(profile, unbounded).predicted.peak_memory
+
+
+def _item_sizes(profile) -> Iterator[int]:
+    """Every byte count in the profile (each integer field of its stages or nodes)."""
+    import dataclasses
+
+    items = profile.stages if isinstance(profile, ChainProfile) else profile.nodes
+    if isinstance(profile, ChainProfile):
+        yield profile.input_size
+    for item in items:
+        for f in dataclasses.fields(item):
+            value = getattr(item, f.name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                yield value
 
 
 def parse_budget(text: str, profile) -> int:
@@ -166,8 +184,10 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile)
     kind = _kind(profile)
     failed = ()
-    if args.strategies:
+    if args.strategies is not None:
         strategies = [name.strip() for name in args.strategies.split(",") if name.strip()]
+        if not strategies:
+            raise RematError(f"--strategies: no strategy names in {args.strategies!r} (give e.g. optimal,chen-sqrt)")
     else:
         strategies = strategy_names(kind)
     if kind == "chain":
@@ -328,7 +348,7 @@ def _cmd_execute(args: argparse.Namespace) -> int:
         wrapped = RematChain(chain, schedule, profile)
     else:
         wrapped = RematChain(chain, schedule.ops)  # checks the stage count before profiling
-        print("no --profile given: profiling the model for the prediction", file=sys.stderr)
+        print("no --profile given: profiling the model for the prediction")
         profile = profile_chain(chain, x, repeats=5, progress=True)
     report = compare(profile, schedule, wrapped, x, steps=args.steps)
     return _print_report(report, args)
@@ -363,7 +383,7 @@ def _execute_graph(args: argparse.Namespace, schedule) -> int:
             raise RematError("--profile: a graph schedule needs the graph profile it was solved for")
         wrapped = GraphReplay(model, schedule, profile)
     else:
-        print("no --profile given: profiling the model's graph for the prediction", file=sys.stderr)
+        print("no --profile given: profiling the model's graph for the prediction")
         profile = profile_graph(
             model,
             example_inputs=x,
@@ -514,10 +534,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``remat`` command; returns the exit status (0 ok, 2 bad input, 1 internal error)."""
     parser = build_parser()
+    args = None
     try:
         args = parser.parse_args(join_negative_values(parser, sys.argv[1:] if argv is None else list(argv)))
         if not getattr(args, "func", None):
             parser.print_help()
+            print("remat: error: no command given (see 'remat --help')", file=sys.stderr)
             return EXIT_USER_ERROR
         return args.func(args)
     except RematError as error:
@@ -531,9 +553,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemoryError:
         print("remat: error: out of memory (try a smaller --slots, model or input)", file=sys.stderr)
         return EXIT_USER_ERROR
-    except Exception as error:  # noqa: BLE001 - a bug in remat: one line, the traceback on request
+    except Exception as error:  # noqa: BLE001 - the user's model failed, or a bug in remat: one line
         if os.environ.get("REMAT_DEBUG"):
             raise
+        if getattr(args, "model", None):
+            from remat.model_errors import model_error
+
+            converted = model_error(error, args.model, args.input_shape)
+            if converted is not None:
+                print(f"remat: error: {converted}", file=sys.stderr)
+                return EXIT_USER_ERROR
         print(
             f"remat: internal error: {type(error).__name__}: {_one_line(str(error))} "
             "(a bug in remat; rerun with REMAT_DEBUG=1 for the traceback and please report it)",

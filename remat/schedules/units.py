@@ -22,6 +22,10 @@ _UNITS = {
     "MIB": 2**20,
     "GIB": 2**30,
     "TIB": 2**40,
+    "PB": 10**15,
+    "PIB": 2**50,
+    "EB": 10**18,
+    "EIB": 2**60,
     "K": 2**10,
     "M": 2**20,
     "G": 2**30,
@@ -85,7 +89,7 @@ def parse_size(text: str | int, reference: int | None = None) -> int:
         value = _exact(raw, *number)
         factor = _UNITS.get(unit.upper())
         if factor is None:
-            raise RematError(f"size '{raw}': unknown unit '{unit}' (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")
+            raise RematError(f"size '{raw}': unknown unit '{unit}' (use B, KB, MB, GB, TB, PB, EB or KiB ... EiB)")
         value *= factor
     if value > MAX_SIZE:
         raise RematError(f"size '{raw}': too large (more than 2**100 bytes)")
@@ -95,8 +99,8 @@ def parse_size(text: str | int, reference: int | None = None) -> int:
 def format_size(size: float) -> str:
     """Human-readable binary size, e.g. ``1.50 GiB``."""
     value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if abs(value) < 1024 or unit == "EiB":
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
