@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 FAST = [case for case in CASES if not case.slow]
+SLOW = [case for case in CASES if case.slow]
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
@@ -42,6 +43,17 @@ def test_each_listed_invocation(paths, case):
     code, out, err = run_case(argv)
     _assert_clean(code, out, err, argv)
     assert code == case.expect, f"{argv}: exit {code}, expected {case.expect}: {err}"
+
+
+@pytest.mark.parametrize("case", SLOW, ids=[" ".join(c.argv)[:80] for c in SLOW])
+def test_each_listed_model_invocation(paths, case):
+    """The cases that run a model: its failure is one line naming the stage or module."""
+    argv = case.render(paths)
+    code, out, err = run_case(argv)
+    _assert_clean(code, out, err, argv)
+    assert code == case.expect, f"{argv}: exit {code}, expected {case.expect}: {err}"
+    if "failed (" in err:
+        assert "in " in err.split("failed (")[1]  # names the module it failed in
 
 
 def test_the_list_is_systematic():
