@@ -67,7 +67,8 @@ JSON_VALUES = st.recursive(
     | st.booleans()
     | st.integers(min_value=-(2**80), max_value=2**80)
     | st.floats(allow_nan=True, allow_infinity=True)
-    | st.text(max_size=8),
+    | st.text(max_size=8)
+    | st.sampled_from([2**2000, -(2**2000), 2**63, 2**64 + 1, 1e308, 2.0**53 + 2, 1e-320]),
     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3),
     max_leaves=6,
 )

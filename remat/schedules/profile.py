@@ -27,7 +27,8 @@ GRAPH_FORMAT = "remat-graph-v1"
 
 def _check_size(value: Any, path: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and value.is_integer():
+        # an integral float is a size only where floats are exact (JSON writers may emit 1e6)
+        if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
             value = int(value)
         else:
             raise ProfileError(f"{path}: must be a non-negative integer number of bytes, got {value!r}")
