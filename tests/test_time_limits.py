@@ -116,3 +116,15 @@ def test_time_limit_must_be_finite_and_positive():
     for strategy, bad in itertools.product(("ilp", "lp-rounding"), (0, -1, float("inf"), float("nan"))):
         with pytest.raises(RematError, match="time_limit must be a finite positive number"):
             solve(profile, 10**9, strategy, time_limit=bad)
+
+
+def test_lp_rounding_that_ran_out_before_any_rounding_says_so(monkeypatch):
+    import remat.solver.lp_rounding as lp
+
+    def out_of_time(profile, budget, deadline):
+        return Rounded("optimal", 1.0, None, "", None, 1.0, "rounding")
+
+    monkeypatch.setattr(lp, "round_relaxation", out_of_time)
+    profile = load_profile(EXAMPLES / "graph_unet.json")
+    with pytest.raises(RematError, match="ran out during rounding, before any rounding of the LP was checked"):
+        lp.solve(profile, reference_peak(profile) // 2, time_limit=5.0)

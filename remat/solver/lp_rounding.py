@@ -63,6 +63,11 @@ def solve(profile: GraphProfile, budget: int, time_limit: float = 60.0) -> Sched
             f"strategy '{NAME}': the LP relaxation {why} (time limit {time_limit:g} s), so there is nothing to "
             "round; try a larger --time-limit"
         )
+    if result.plan is None and result.lowest_peak is None:
+        raise RematError(
+            f"strategy '{NAME}': the {time_limit:g} s time limit ran out during {result.ran_out or 'rounding'}, "
+            "before any rounding of the LP was checked; try a larger --time-limit"
+        )
     if result.plan is None:
         stopped = f" (rounding stopped early: the time limit ran out during {result.ran_out})" if result.ran_out else ""
         raise InfeasibleBudgetError(
