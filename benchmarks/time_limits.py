@@ -81,12 +81,15 @@ def main() -> None:
     parser.add_argument("--limits", default="2,5,10,30", help="seconds, comma-separated")
     parser.add_argument("--budgets", default="50,80", help="percent of the store-all peak, comma-separated")
     parser.add_argument("--strategies", default="ilp,lp-rounding")
+    parser.add_argument("--graphs", default="resnet50,unet,chain200-as-graph", help="comma-separated")
     args = parser.parse_args()
     limits = [float(x) for x in args.limits.split(",")]
     budgets = [int(x) for x in args.budgets.split(",")]
     rows = []
     print(f"{'graph':<18} {'nodes':>5} {'budget':>6} {'strategy':<12} {'limit':>6} {'wall s':>7} {'kept':>5}  result")
     for name, profile in graphs().items():
+        if name not in args.graphs.split(","):
+            continue
         for percent in budgets:
             for strategy in args.strategies.split(","):
                 for limit in limits:
