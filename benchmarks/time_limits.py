@@ -95,7 +95,7 @@ def main() -> None:
                 for limit in limits:
                     row = run(name, profile, percent, strategy, limit)
                     rows.append(row)
-                    result = row.get("error") or f"{row['compute_ms']:.1f} ms ({row.get('source', row.get('status'))})"
+                    result = row.get("error") or f"{row['compute_ms']:.1f} ms ({row.get('source', strategy)})"
                     print(
                         f"{name:<18} {row['nodes']:>5} {percent:>5}% {strategy:<12} {limit:>6g} "
                         f"{row['wall_seconds']:>7.2f} {'yes' if row['kept'] else 'NO':>5}  {result[:90]}",
