@@ -178,3 +178,38 @@ def test_random_pareto_options(paths, option, text):
     argv = ["pareto", paths["chain"], option, text, "--strategies", "store-all"]
     code, out, err = run_case(argv)
     _assert_clean(code, out, err, argv)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["solve", "{typo_stage_key}"], "stages[2].forward_overhaed: unknown key (did you mean 'forward_overhead'?)"),
+        (["solve", "{typo_node_key}"], "nodes[1].sizee: unknown key (did you mean 'size'?)"),
+        (["solve", "{chain}", "--budget", "-5GB"], "--budget: size '-5GB': is negative"),
+        (["solve", "{chain}", "--budget", "1e400%"], "too large"),
+        (["solve", "{graph}", "--strategy", "ilp", "--time-limit", "inf"], "must be a finite number of seconds"),
+        (["solve", "{graph}", "--strategy", "lp-rounding", "--time-limit", "-1"], "must be a positive number"),
+        (["pareto", "{chain}", "--points", "-3"], "--points: must be at least 1, got -3"),
+        (["pareto", "{chain}", "--workers", "0"], "--workers: must be at least 1, got 0"),
+        (["pareto", "{chain}", "-o", "{d}/t.xyz"], "unsupported image type '.xyz'"),
+        (["pareto", "{chain}", "--csv", "{d}/missing/f.csv"], "directory '{d}/missing' does not exist"),
+        (["profile", "--model", "m:f", "--input-shape", "4", "--repeats", "-3", "-o", "{d}/p.json"], "at least 1"),
+    ],
+)
+def test_messages_say_what_is_wrong(paths, argv, message):
+    code, out, err = run_case([a.format(**paths) for a in argv])
+    assert code == 2 and err.count("\n") == 1
+    assert message.format(**paths) in err, err
+
+
+def test_extra_top_level_keys_stay_allowed(paths):
+    code, out, err = run_case(["solve", paths["extra_top_key"]])
+    assert code == 0, err
+
+
+def test_help_states_the_time_limit_margin(capsys):
+    from remat.cli import main
+
+    assert main(["solve", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "seconds for the whole solve, every phase included (ends within the limit + 1 s + 5%)" in text
