@@ -72,13 +72,7 @@ def solve(
     profile = require_graph(profile, NAME)
     deadline = Deadline(check_time_limit(time_limit, NAME))
     workers = default_workers() if workers is None else int(workers)
-    floor = memory_lower_bound(profile)
-    if budget < floor:
-        if best_baseline_plan(profile, floor) is not None:
-            detail = "computing some node needs it and all its inputs in memory at once, and a schedule fits that"
-            raise InfeasibleBudgetError(NAME, budget, floor, detail)
-        detail = "computing some node needs it and all its inputs in memory at once"
-        raise InfeasibleBudgetError(NAME, budget, floor, detail, bound="at least")
+    _refuse_below_floor(profile, budget)
     total = profile.store_all_compute_ms
     # The greedy variants may use a quarter of the time (the first ones always run: a warm start).
     warm = best_baseline_plan(profile, budget, deadline.share(BASELINE_SHARE))
@@ -95,17 +89,7 @@ def solve(
     phases["lp_rounding"] = round(rounded.seconds, 3)
     if rounded.plan is not None and (warm is None or rounded.plan.cost_ms(profile) < warm[1].cost_ms(profile)):
         warm = ("lp-rounding", rounded.plan)
-    phases["cp_sat_given"] = round(deadline.left(), 3)
-    try:
-        result = solve_model(profile, budget, deadline, workers, BACKEND_CHOICE, hint=warm[1] if warm else None)
-    except TimeUp as up:
-        result, ran_out = None, up.phase
-    else:
-        ran_out = None
-        phases["cp_sat_build"] = round(result.build_seconds, 3)
-        phases["cp_sat_search"] = round(result.solve_seconds, 3)
-        if result.status == "infeasible":
-            raise infeasible(profile, budget, NAME, deadline, workers)
+    result, ran_out = _cp_sat(profile, budget, deadline, workers, warm[1] if warm else None, phases)
     plan, memory, source = _solver_plan(profile, result)
     if warm is not None and (plan is None or warm[1].cost_ms(profile) < plan.cost_ms(profile)):
         plan, memory, source = warm[1], plan_memory(profile, warm[1]), f"warm start ({warm[0]})"
@@ -123,6 +107,33 @@ def solve(
     if note:
         extra["note"] = note
     return _finish(profile, budget, plan, memory, lower, extra)
+
+
+def _refuse_below_floor(profile: GraphProfile, budget: int) -> None:
+    """Below the largest node plus its inputs no schedule exists: say so, and whether that floor
+    is exact (a baseline meets it) or only a bound."""
+    floor = memory_lower_bound(profile)
+    if budget >= floor:
+        return
+    detail = "computing some node needs it and all its inputs in memory at once"
+    if best_baseline_plan(profile, floor) is not None:
+        raise InfeasibleBudgetError(NAME, budget, floor, detail + ", and a schedule fits that")
+    raise InfeasibleBudgetError(NAME, budget, floor, detail, bound="at least")
+
+
+def _cp_sat(profile: GraphProfile, budget: int, deadline: Deadline, workers: int, hint, phases: dict):
+    """CP-SAT (building included) with what is left of ``deadline``: (result or None, the phase
+    the time ran out in or None); records its phases; raises if the budget is infeasible."""
+    phases["cp_sat_given"] = round(deadline.left(), 3)
+    try:
+        result = solve_model(profile, budget, deadline, workers, BACKEND_CHOICE, hint=hint)
+    except TimeUp as up:
+        return None, up.phase
+    phases["cp_sat_build"] = round(result.build_seconds, 3)
+    phases["cp_sat_search"] = round(result.solve_seconds, 3)
+    if result.status == "infeasible":
+        raise infeasible(profile, budget, NAME, deadline, workers)
+    return result, None
 
 
 def _solver_plan(profile: GraphProfile, result) -> tuple[StagePlan | None, dict | None, str]:
