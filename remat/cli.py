@@ -224,7 +224,6 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
     if not points:
         first = f": {failed[0].strategy} at {format_size(failed[0].budget)}: {failed[0].message}" if failed else ""
         raise RematError(f"no strategy produced a schedule for this profile{first}")
-    _print_failed(failed)
     from remat.solver.pareto import overhead_percent, write_front_csv, write_front_json
 
     print(f"{'strategy':<14} {'points':>6}  {'least memory':>14}  {'its step time':>16}")
@@ -236,6 +235,7 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
     for label, point in marks.items():
         overhead = max(0.0, overhead_percent(point.compute_ms, store_all_ms))
         print(f"{label}: {format_size(point.peak_memory)}, {point.compute_ms:.2f} ms (+{overhead:.1f}%)")
+    _print_failed(failed)
     if args.csv:
         write_front_csv(points, args.csv)
         print(f"wrote {args.csv}")
@@ -251,16 +251,24 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
 
 
 def _print_failed(failed) -> None:
-    """One line per (strategy, budget) of a graph front that gave no schedule, with its reason."""
+    """The (strategy, budget) pairs of a graph front that gave no schedule: one line per strategy
+    for its expected refusals (the count, the budgets, the reason at the largest), and every
+    unexpected one on its own line with its message."""
     if not failed:
         return
-    unexpected = sum(f.unexpected for f in failed)
-    print(
-        f"{len(failed)} budget(s) gave no schedule"
-        + (f" ({unexpected} unexpected: please report)" if unexpected else "")
-    )
+    by_strategy: dict[str, list] = {}
     for f in failed:
-        print(f"  {f.strategy} at {format_size(f.budget)} ({f.budget} bytes): {f.message}")
+        by_strategy.setdefault(f.strategy, []).append(f)
+    for name, group in by_strategy.items():
+        expected = sorted((f for f in group if not f.unexpected), key=lambda f: f.budget)
+        if expected:
+            span = format_size(expected[0].budget)
+            if len(expected) > 1:
+                span = f"{len(expected)} budgets from {span} to {format_size(expected[-1].budget)}; at the largest"
+            print(f"{name}: no schedule at {span}: {expected[-1].message}")
+        for f in group:
+            if f.unexpected:
+                print(f"{name}: FAILED at {format_size(f.budget)} ({f.budget} bytes), please report: {f.message}")
 
 
 def _cmd_strategies(args: argparse.Namespace) -> int:

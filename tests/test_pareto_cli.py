@@ -123,7 +123,7 @@ def test_graph_profiles_dispatch_to_graph_front(tmp_path, monkeypatch, capsys):
     assert calls == {"strategies": ["a", "b"], "budgets": None, "time_limit": 3.5, "workers": 2}
     rows = list(csv.DictReader(open(csv_path)))
     assert [r["strategy"] for r in rows] == ["fake-ilp", "fake-ilp"] and rows[0]["gap"] == "0.1"
-    assert "  fake-ilp at 5 B (5 bytes): cannot fit 5 bytes" in capsys.readouterr().out  # failures reported
+    assert "fake-ilp: no schedule at 5 B: cannot fit 5 bytes" in capsys.readouterr().out
 
 
 def test_checkpoint_count_and_sweep_helpers():
