@@ -182,6 +182,7 @@ def _draw_strategies(ax, by_strategy: dict, scale: float, top_y: float) -> list:
     markers = iter(["o", "s", "^", "D", "v", "P", "X", "<", ">", "h"])
     colors = iter(plt.rcParams["axes.prop_cycle"].by_key()["color"][1:] * 3)
     handles = []
+    right = max(p.peak_memory for pts in by_strategy.values() for p in pts) / scale
     for name, points in by_strategy.items():
         pts = sorted(points, key=lambda p: p.peak_memory)
         if not pts:
@@ -193,8 +194,9 @@ def _draw_strategies(ax, by_strategy: dict, scale: float, top_y: float) -> list:
         for point in pts[1:]:
             if point.compute_ms < kept[-1].compute_ms:
                 kept.append(point)
-        kept_xs = [p.peak_memory / scale for p in kept]
-        kept_ys = [min(p.compute_ms, top_y) for p in kept]
+        # the staircase runs on to the right edge: its last time holds at every larger memory
+        kept_xs = [p.peak_memory / scale for p in kept] + [right]
+        kept_ys = [min(p.compute_ms, top_y) for p in kept] + [min(kept[-1].compute_ms, top_y)]
         xs = [p.peak_memory / scale for p in pts]
         ys = [min(p.compute_ms, top_y) for p in pts]  # off-scale points sit on the top edge
         if name == "optimal" or name.startswith("ilp"):
