@@ -91,7 +91,7 @@ class Placer:
         outside = box.x0 < self.area.x0 or box.x1 > self.area.x1 or box.y0 < self.area.y0 or box.y1 > self.area.y1
         overlaps = sum(box.overlaps(other) for other in self.boxes)
         return (
-            1e6 * outside + 1e4 * covers(box, self.discs) + 1e3 * overlaps + 2.0 * _inside(box, self.lines) + distance
+            1e6 * outside + 1e4 * covers(box, self.discs) + 1e3 * overlaps + 10.0 * _inside(box, self.lines) + distance
         )
 
     def place_legend(self, handles: Sequence) -> None:
@@ -121,7 +121,7 @@ class Placer:
                 annotation.remove()
                 if best is None or score < best[0]:
                     best = (score, dx, dy, box)
-            if best[0] < 1e3:  # nothing hidden at this distance: no need to go farther
+            if best[0] <= distance:  # hides nothing, not even a line: no need to go farther
                 break
         _, dx, dy, box = best
         self.boxes.append(box)
