@@ -183,7 +183,7 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
 
     profile = load_profile(args.profile)
     kind = _kind(profile)
-    failed = ()
+    failed, notes = (), ()
     if args.strategies is not None:
         strategies = [name.strip() for name in args.strategies.split(",") if name.strip()]
         if not strategies:
@@ -215,7 +215,7 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
             progress=True,
         )
         points = list(front.points)
-        failed = front.failed
+        failed, notes = front.failed, front.notes
         by_strategy = {}
         for point in points:
             by_strategy.setdefault(point.strategy, []).append(point)
@@ -236,6 +236,7 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
         overhead = max(0.0, overhead_percent(point.compute_ms, store_all_ms))
         print(f"{label}: {format_size(point.peak_memory)}, {point.compute_ms:.2f} ms (+{overhead:.1f}%)")
     _print_failed(failed)
+    _print_notes(notes)
     if args.csv:
         write_front_csv(points, args.csv)
         print(f"wrote {args.csv}")
@@ -269,6 +270,17 @@ def _print_failed(failed) -> None:
         for f in group:
             if f.unexpected:
                 print(f"{name}: FAILED at {format_size(f.budget)} ({f.budget} bytes), please report: {f.message}")
+
+
+def _print_notes(notes) -> None:
+    """One line per strategy whose solves left notes (e.g. the time limit was too short to beat
+    the warm start): at how many budgets, and the note at the largest."""
+    by_strategy: dict[str, list] = {}
+    for name, budget, note in notes:
+        by_strategy.setdefault(name, []).append((budget, note))
+    for name, group in by_strategy.items():
+        budget, note = max(group)
+        print(f"{name}: note at {len(group)} budget(s); at {format_size(budget)}: {note}")
 
 
 def _cmd_strategies(args: argparse.Namespace) -> int:

@@ -94,3 +94,16 @@ def test_graph_front_keeps_failures_and_survives_an_unexpected_exception(monkeyp
     solved = {(p.strategy, p.budget) for p in front.points}
     assert ("store-all", budgets[-1]) in solved and ("chen-greedy", budgets[-1]) in solved
     assert len(solved) + len(failed) == 2 * len(budgets)
+    assert front.notes == ()  # these strategies leave no notes
+
+
+def test_graph_front_keeps_the_ilp_notes():
+    from conftest import EXAMPLES
+
+    from remat.schedules import load_profile
+
+    profile = load_profile(EXAMPLES / "graph_resnet50.json")
+    budget = default_budgets(profile, count=3)[1]
+    front = graph_front(profile, ["ilp"], [budget], time_limit=1, workers=1, progress=False)
+    ((strategy, at, note),) = front.notes
+    assert (strategy, at) == ("ilp", budget) and "time limit ran out" in note

@@ -37,10 +37,13 @@ class FailedPoint:
 
 @dataclass(frozen=True)
 class GraphFront:
-    """The solved points (iterating over a front gives them) and the pairs that failed."""
+    """The solved points (iterating over a front gives them), the pairs that failed, and the
+    solvers' notes as (strategy, budget bytes, note), e.g. a time limit too short to beat a
+    baseline."""
 
     points: tuple[FrontPoint, ...]
     failed: tuple[FailedPoint, ...] = ()
+    notes: tuple[tuple[str, int, str], ...] = ()
 
     def __iter__(self) -> Iterator[FrontPoint]:
         return iter(self.points)
@@ -68,9 +71,9 @@ def _solve_point(profile_dict: dict[str, Any], strategy: str, budget: int, time_
     try:
         schedule = solve(profile, budget, strategy, **options)
     except RematError as error:
-        return strategy, budget, None, FailedPoint(strategy, budget, str(error))
+        return strategy, budget, None, FailedPoint(strategy, budget, str(error)), None
     except Exception as error:  # noqa: BLE001 - one solve's bug fails its point, not the front
-        return strategy, budget, None, FailedPoint(strategy, budget, f"{type(error).__name__}: {error}", True)
+        return strategy, budget, None, FailedPoint(strategy, budget, f"{type(error).__name__}: {error}", True), None
     p = schedule.predicted
     return (
         strategy,
@@ -86,6 +89,7 @@ def _solve_point(profile_dict: dict[str, Any], strategy: str, budget: int, time_
             gap=schedule.extra.get("gap"),
         ),
         None,
+        schedule.extra.get("note"),
     )
 
 
@@ -136,7 +140,8 @@ def graph_front(
     order = {name: index for index, name in enumerate(strategies)}
     points = sorted((r[2] for r in results if r[2] is not None), key=lambda p: (order[p.strategy], p.budget))
     failed = sorted((r[3] for r in results if r[3] is not None), key=lambda f: (order[f.strategy], f.budget))
-    return GraphFront(tuple(points), tuple(failed))
+    notes = sorted(((r[0], r[1], r[4]) for r in results if r[4]), key=lambda n: (order[n[0]], n[1]))
+    return GraphFront(tuple(points), tuple(failed), tuple(notes))
 
 
 def _outcome(future, name: str, budget: int):
@@ -144,4 +149,4 @@ def _outcome(future, name: str, budget: int):
     try:
         return future.result()
     except Exception as error:  # noqa: BLE001 - e.g. BrokenProcessPool: report it with the point
-        return name, budget, None, FailedPoint(name, budget, f"{type(error).__name__}: {error}", True)
+        return name, budget, None, FailedPoint(name, budget, f"{type(error).__name__}: {error}", True), None
