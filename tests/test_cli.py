@@ -130,3 +130,24 @@ def test_graph_ilp_output_says_when_the_limit_is_too_short(capsys):
     assert "found by     the warm start" in out
     assert "note         the 1 s time limit ran out" in out and "larger --time-limit" in out
     assert "backend" not in out and "variables" not in out
+
+
+def test_graph_profile_printout_uses_the_one_store_all_peak(tmp_path, capsys):
+    """What `remat profile --graph` calls the store-all peak is what `--budget 100%` means."""
+    import re
+
+    out_path = tmp_path / "g.json"
+    argv = ["profile", "--graph", "--model", "remat.executor.zoo.small:cnn", "--input-shape", "4,3,16,16"]
+    code, out, err = _run(capsys, [*argv, "--time-source", "flops", "-o", str(out_path)])
+    assert code == 0, err
+    printed = int(re.search(r"store-all peak [^(]+\((\d+) bytes\)", out).group(1))
+    code, out, err = _run(capsys, ["solve", str(out_path), "--budget", "100%", "--strategy", "store-all"])
+    assert code == 0, err
+    assert f"({printed} bytes): 100% of the store-all peak" in out
+    assert check_schedule(load_profile(out_path), _store_all(out_path)).peak_memory == printed
+
+
+def _store_all(profile_path):
+    from remat.solver import solve
+
+    return solve(load_profile(profile_path), 2**80, "store-all")
