@@ -8,9 +8,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from collections.abc import Iterator, Sequence
 
+from remat.cli_args import (
+    TIME_LIMIT_HELP,
+    integer_at_least,
+    join_negative_values,
+    output_file,
+    plot_file,
+    seconds,
+)
 from remat.schedules import (
     ChainProfile,
     RematError,
@@ -24,6 +33,7 @@ from remat.schedules import (
 from remat.schedules.simulator import check_schedule
 
 EXIT_USER_ERROR = 2
+EXIT_INTERNAL_ERROR = 1
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,16 +53,37 @@ def _kind(profile) -> str:
 
 
 def reference_peak(profile) -> int:
-    """Store-all peak (bytes) of a profile: the reference for budgets given as percentages."""
+    """Store-all peak (bytes) of a profile: the simulated peak of the store-all strategy's
+    schedule, the one reference for budgets given as percentages (and for every "% of the
+    store-all peak" remat prints)."""
     from remat.solver import get_strategy
 
-    return get_strategy("store-all", _kind(profile)).solve(profile, 2**62).predicted.peak_memory
+    # a budget no profile can exceed (sizes are Python ints): the strategy never refuses it
+    unbounded = sum(_item_sizes(profile)) * 2 + 1
+    return get_strategy("store-all", _kind(profile)).solve(profile, unbounded).predicted.peak_memory
+
+
+def _item_sizes(profile) -> Iterator[int]:
+    """Every byte count in the profile (each integer field of its stages or nodes)."""
+    import dataclasses
+
+    items = profile.stages if isinstance(profile, ChainProfile) else profile.nodes
+    if isinstance(profile, ChainProfile):
+        yield profile.input_size
+    for item in items:
+        for f in dataclasses.fields(item):
+            value = getattr(item, f.name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                yield value
 
 
 def parse_budget(text: str, profile) -> int:
     """Bytes from ``6GiB``, ``500MB``, ``123`` or ``40%`` (of the store-all peak)."""
     reference = reference_peak(profile) if text.strip().endswith("%") else None
-    return parse_size(text, reference)
+    try:
+        return parse_size(text, reference)
+    except RematError as error:
+        raise RematError(f"--budget: {error}") from None
 
 
 @contextlib.contextmanager
@@ -101,21 +132,12 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     with _elapsed_bar(profile, args.strategy, args.time_limit):
         schedule = solve(profile, budget, args.strategy, **options)
     check_schedule(profile, schedule)
-    predicted = schedule.predicted
     if args.output:
         save_schedule(schedule, args.output)
-    print(f"strategy     {schedule.strategy}")
-    print(f"budget       {format_size(budget)} ({budget} bytes)")
-    print(f"peak memory  {format_size(predicted.peak_memory)} ({predicted.peak_memory} bytes)")
-    base = predicted.compute_ms - predicted.recompute_ms
-    overhead = 100.0 * predicted.recompute_ms / base if base > 0 else 0.0
-    print(f"step time    {predicted.compute_ms:.3f} ms (recompute {predicted.recompute_ms:.3f} ms, +{overhead:.1f}%)")
-    print(f"ops          {len(schedule.ops)}")
-    for key, value in schedule.extra.items():
-        if isinstance(value, float):
-            value = f"{100 * value:.2f}%" if key == "gap" else f"{value:.6g}"
-        if isinstance(value, (int, str)):
-            print(f"{key:<12} {value}")
+    from remat.cli_text import solve_lines
+
+    for label, text in solve_lines(schedule, args.budget, reference_peak(profile)):
+        print(f"{label:<12} {text}")
     if args.output:
         print(f"wrote {args.output}")
     return 0
@@ -161,10 +183,11 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
 
     profile = load_profile(args.profile)
     kind = _kind(profile)
-    if args.slots is not None and args.slots < 1:
-        raise RematError(f"--slots: must be a positive integer, got {args.slots}")
-    if args.strategies:
+    failed, notes = (), ()
+    if args.strategies is not None:
         strategies = [name.strip() for name in args.strategies.split(",") if name.strip()]
+        if not strategies:
+            raise RematError(f"--strategies: no strategy names in {args.strategies!r} (give e.g. optimal,chen-sqrt)")
     else:
         strategies = strategy_names(kind)
     if kind == "chain":
@@ -183,23 +206,24 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
                 "pareto for graph profiles needs remat.solver.graph_pareto, which is not in this build"
             ) from error
 
-        points = list(
-            graph_front(
-                profile,
-                strategies=strategies,
-                budgets=None,
-                time_limit=args.time_limit,
-                workers=args.workers,
-                progress=True,
-            )
+        front = graph_front(
+            profile,
+            strategies=strategies,
+            budgets=None,
+            time_limit=args.time_limit,
+            workers=args.workers,
+            progress=True,
         )
+        points = list(front.points)
+        failed, notes = front.failed, front.notes
         by_strategy = {}
         for point in points:
             by_strategy.setdefault(point.strategy, []).append(point)
         marks = {}
         store_all_ms = profile.store_all_compute_ms
     if not points:
-        raise RematError("no strategy produced a schedule for this profile")
+        first = f": {failed[0].strategy} at {format_size(failed[0].budget)}: {failed[0].message}" if failed else ""
+        raise RematError(f"no strategy produced a schedule for this profile{first}")
     from remat.solver.pareto import overhead_percent, write_front_csv, write_front_json
 
     print(f"{'strategy':<14} {'points':>6}  {'least memory':>14}  {'its step time':>16}")
@@ -211,6 +235,8 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
     for label, point in marks.items():
         overhead = max(0.0, overhead_percent(point.compute_ms, store_all_ms))
         print(f"{label}: {format_size(point.peak_memory)}, {point.compute_ms:.2f} ms (+{overhead:.1f}%)")
+    _print_failed(failed)
+    _print_notes(notes)
     if args.csv:
         write_front_csv(points, args.csv)
         print(f"wrote {args.csv}")
@@ -223,6 +249,38 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
         plot_front(f"{profile.name}: step time vs peak memory", by_strategy, store_all_ms, args.output, marks)
         print(f"wrote {args.output}")
     return 0
+
+
+def _print_failed(failed) -> None:
+    """The (strategy, budget) pairs of a graph front that gave no schedule: one line per strategy
+    for its expected refusals (the count, the budgets, the reason at the largest), and every
+    unexpected one on its own line with its message."""
+    if not failed:
+        return
+    by_strategy: dict[str, list] = {}
+    for f in failed:
+        by_strategy.setdefault(f.strategy, []).append(f)
+    for name, group in by_strategy.items():
+        expected = sorted((f for f in group if not f.unexpected), key=lambda f: f.budget)
+        if expected:
+            span = format_size(expected[0].budget)
+            if len(expected) > 1:
+                span = f"{len(expected)} budgets from {span} to {format_size(expected[-1].budget)}; at the largest"
+            print(f"{name}: no schedule at {span}: {expected[-1].message}")
+        for f in group:
+            if f.unexpected:
+                print(f"{name}: FAILED at {format_size(f.budget)} ({f.budget} bytes), please report: {f.message}")
+
+
+def _print_notes(notes) -> None:
+    """One line per strategy whose solves left notes (e.g. the time limit was too short to beat
+    the warm start): at how many budgets, and the note at the largest."""
+    by_strategy: dict[str, list] = {}
+    for name, budget, note in notes:
+        by_strategy.setdefault(name, []).append((budget, note))
+    for name, group in by_strategy.items():
+        budget, note = max(group)
+        print(f"{name}: note at {len(group)} budget(s); at {format_size(budget)}: {note}")
 
 
 def _cmd_strategies(args: argparse.Namespace) -> int:
@@ -261,11 +319,10 @@ def _cmd_profile(args: argparse.Namespace) -> int:
             name=name,
             repeats=args.repeats,
         )
-        from remat.schedules import save_profile, simulate
+        from remat.schedules import save_profile
 
         save_profile(profile, args.output)
-        store_all = [("compute", v) for v in range(profile.size)]
-        peak = simulate(profile, store_all, timeline=False).peak_memory
+        peak = reference_peak(profile)  # the one store-all peak: what --budget 40% is 40% of
         print(
             f"graph profile: {profile.size} nodes, {len(profile.edges)} edges; times: {args.time_source}; "
             f"store-all peak {format_size(peak)} ({peak} bytes); device {profile.metadata['device']}"
@@ -299,8 +356,6 @@ def _cmd_execute(args: argparse.Namespace) -> int:
     from remat.executor.replay import RematChain
 
     schedule = load_schedule(args.schedule)
-    if args.steps < 1:
-        raise RematError("--steps: must be at least 1")
     if schedule.kind != "chain":
         return _execute_graph(args, schedule)
     device = resolve_device(args.device)
@@ -313,7 +368,7 @@ def _cmd_execute(args: argparse.Namespace) -> int:
         wrapped = RematChain(chain, schedule, profile)
     else:
         wrapped = RematChain(chain, schedule.ops)  # checks the stage count before profiling
-        print("no --profile given: profiling the model for the prediction", file=sys.stderr)
+        print("no --profile given: profiling the model for the prediction")
         profile = profile_chain(chain, x, repeats=5, progress=True)
     report = compare(profile, schedule, wrapped, x, steps=args.steps)
     return _print_report(report, args)
@@ -348,7 +403,7 @@ def _execute_graph(args: argparse.Namespace, schedule) -> int:
             raise RematError("--profile: a graph schedule needs the graph profile it was solved for")
         wrapped = GraphReplay(model, schedule, profile)
     else:
-        print("no --profile given: profiling the model's graph for the prediction", file=sys.stderr)
+        print("no --profile given: profiling the model's graph for the prediction")
         profile = profile_graph(
             model,
             example_inputs=x,
@@ -396,15 +451,15 @@ def build_parser() -> argparse.ArgumentParser:
     solve.add_argument(
         "--strategy", default="store-all", help="strategy name (see 'remat strategies'; default store-all)"
     )
-    solve.add_argument("--segments", type=int, help="sequential: force this many segments")
+    solve.add_argument("--segments", type=integer_at_least(1), help="sequential: force this many segments")
     solve.add_argument(
-        "--checkpoints", type=int, help="revolve: force this many checkpoint slots (the input's included)"
+        "--checkpoints",
+        type=integer_at_least(1),
+        help="revolve: force this many checkpoint slots (the input's included)",
     )
-    solve.add_argument("--slots", type=int, help="optimal: memory discretization levels (default 500)")
-    solve.add_argument(
-        "--time-limit", type=float, help="ilp, lp-rounding: solver time limit in seconds (ilp default 60)"
-    )
-    solve.add_argument("-o", "--output", help="write the schedule JSON here")
+    solve.add_argument("--slots", type=integer_at_least(1), help="optimal: memory discretization levels (default 500)")
+    solve.add_argument("--time-limit", type=seconds, help=f"ilp, lp-rounding: {TIME_LIMIT_HELP} (ilp default 60)")
+    solve.add_argument("-o", "--output", type=output_file, help="write the schedule JSON here")
     solve.set_defaults(func=_cmd_solve)
 
     simulate_cmd = sub.add_parser(
@@ -415,7 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     simulate_cmd.add_argument("profile", help="chain or graph profile (JSON)")
     simulate_cmd.add_argument("schedule", help="schedule (JSON)")
-    simulate_cmd.add_argument("--plot", help="draw memory over ops into this PNG")
+    simulate_cmd.add_argument("--plot", type=plot_file, help="draw memory over ops into this PNG (or .pdf, .svg)")
     simulate_cmd.add_argument(
         "--ignore-hash", action="store_true", help="simulate even if the schedule was solved for another profile"
     )
@@ -429,16 +484,23 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="example: remat pareto examples/resnet_like.json -o front.png --csv front.csv",
     )
     pareto.add_argument("profile", help="chain or graph profile (JSON)")
-    pareto.add_argument("-o", "--output", help="write the plot (PNG) here")
-    pareto.add_argument("--csv", help="write one row per front point (CSV) here")
-    pareto.add_argument("--json", help="write the front points (JSON) here")
+    pareto.add_argument("-o", "--output", type=plot_file, help="write the plot (PNG, or .pdf, .svg) here")
+    pareto.add_argument("--csv", type=output_file, help="write one row per front point (CSV) here")
+    pareto.add_argument("--json", type=output_file, help="write the front points (JSON) here")
     pareto.add_argument(
         "--strategies", help="comma-separated strategy names (default: every strategy for the profile kind)"
     )
-    pareto.add_argument("--slots", type=int, help="optimal: memory discretization levels (default 500)")
-    pareto.add_argument("--points", type=int, default=24, help="budgets per baseline sweep (chains; default 24)")
-    pareto.add_argument("--time-limit", type=float, default=10.0, help="graphs: seconds per ILP solve (default 10)")
-    pareto.add_argument("--workers", type=int, default=1, help="graphs: solver threads (default 1)")
+    pareto.add_argument("--slots", type=integer_at_least(1), help="optimal: memory discretization levels (default 500)")
+    pareto.add_argument(
+        "--points", type=integer_at_least(1), default=24, help="budgets per baseline sweep (chains; default 24)"
+    )
+    pareto.add_argument(
+        "--time-limit",
+        type=seconds,
+        default=10.0,
+        help=f"graphs: per ILP / LP-rounding solve, {TIME_LIMIT_HELP} (default 10)",
+    )
+    pareto.add_argument("--workers", type=integer_at_least(1), default=1, help="graphs: solver processes (default 1)")
     pareto.set_defaults(func=_cmd_pareto)
 
     strategies = sub.add_parser(
@@ -457,7 +519,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_model_args(profile_cmd)
     profile_cmd.add_argument("--graph", action="store_true", help="write a graph profile (op-level DAG) instead")
-    profile_cmd.add_argument("--repeats", type=int, default=5, help="timed runs per stage (median; default 5)")
+    profile_cmd.add_argument(
+        "--repeats", type=integer_at_least(1), default=5, help="timed runs per stage (median; default 5)"
+    )
     profile_cmd.add_argument(
         "--time-source",
         choices=("measured", "flops"),
@@ -465,7 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="--graph: node times measured on the device (default) or estimated from FLOPs",
     )
     profile_cmd.add_argument("--name", help="profile name (default: factory-bBATCH-device)")
-    profile_cmd.add_argument("-o", "--output", required=True, help="write the profile JSON here")
+    profile_cmd.add_argument("-o", "--output", type=output_file, required=True, help="write the profile JSON here")
     profile_cmd.set_defaults(func=_cmd_profile)
 
     execute_cmd = sub.add_parser(
@@ -478,27 +542,59 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(execute_cmd)
     execute_cmd.add_argument("--schedule", required=True, help="chain or graph schedule (JSON)")
     execute_cmd.add_argument("--profile", help="the profile the schedule was solved for (default: profile now)")
-    execute_cmd.add_argument("--steps", type=int, default=3, help="measured steps (default 3)")
-    execute_cmd.add_argument("--json", help="write the report JSON here")
-    execute_cmd.add_argument("--plot", help="draw predicted and measured memory per op into this PNG")
+    execute_cmd.add_argument("--steps", type=integer_at_least(1), default=3, help="measured steps (default 3)")
+    execute_cmd.add_argument("--json", type=output_file, help="write the report JSON here")
+    execute_cmd.add_argument(
+        "--plot", type=plot_file, help="draw predicted and measured memory per op (MiB) into this PNG"
+    )
     execute_cmd.set_defaults(func=_cmd_execute)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``remat`` command; returns the exit status (0 ok, 2 bad input, 1 internal error)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return EXIT_USER_ERROR
+    args = None
     try:
+        args = parser.parse_args(join_negative_values(parser, sys.argv[1:] if argv is None else list(argv)))
+        if not getattr(args, "func", None):
+            parser.print_help()
+            print("remat: error: no command given (see 'remat --help')", file=sys.stderr)
+            return EXIT_USER_ERROR
         return args.func(args)
     except RematError as error:
-        print(f"remat: error: {error}", file=sys.stderr)
+        print(f"remat: error: {_one_line(str(error))}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except SystemExit as done:  # argparse: --help, --version and usage errors (already printed)
+        return done.code if isinstance(done.code, int) else EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("remat: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:
+        print("remat: error: out of memory (try a smaller --slots, model or input)", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except Exception as error:  # noqa: BLE001 - the user's model failed, or a bug in remat: one line
+        if os.environ.get("REMAT_DEBUG"):
+            raise
+        if getattr(args, "model", None):
+            from remat.model_errors import model_error
+
+            converted = model_error(error, args.model, args.input_shape)
+            if converted is not None:
+                print(f"remat: error: {converted}", file=sys.stderr)
+                return EXIT_USER_ERROR
+        print(
+            f"remat: internal error: {type(error).__name__}: {_one_line(str(error))} "
+            "(a bug in remat; rerun with REMAT_DEBUG=1 for the traceback and please report it)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL_ERROR
+
+
+def _one_line(text: str) -> str:
+    """The first line of a message, so that every error stays one line on stderr."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[0] + (" ..." if len(lines) > 1 else "") if lines else "(no message)"
 
 
 if __name__ == "__main__":

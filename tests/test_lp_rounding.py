@@ -69,3 +69,41 @@ def test_graph_front_in_a_process_pool():
     assert ilp and all(p.gap is not None and p.lower_bound_ms <= p.compute_ms + 1e-9 for p in ilp.values())
     for budget, point in ilp.items():
         assert point.compute_ms == pytest.approx(solve(profile, budget, "ilp", time_limit=5).predicted.compute_ms)
+
+
+def test_graph_front_keeps_failures_and_survives_an_unexpected_exception(monkeypatch):
+    import remat.solver
+
+    profile = random_graph(7, 3)  # four distinct budgets
+    budgets = default_budgets(profile, count=4)
+    real = remat.solver.solve
+
+    def flaky(profile, budget, strategy, **options):
+        if strategy == "chen-greedy" and budget == budgets[1]:
+            raise ZeroDivisionError("boom")
+        return real(profile, budget, strategy, **options)
+
+    monkeypatch.setattr(remat.solver, "solve", flaky)
+    front = graph_front(profile, ["chen-greedy", "store-all"], budgets, time_limit=5, workers=1, progress=False)
+    failed = {(f.strategy, f.budget): f for f in front.failed}
+    assert failed[("chen-greedy", budgets[1])].message == "ZeroDivisionError: boom"
+    assert failed[("chen-greedy", budgets[1])].unexpected
+    # store-all fits only the largest budget: the others are kept with their (expected) reason
+    assert all(("store-all", b) in failed and not failed[("store-all", b)].unexpected for b in budgets[:-1])
+    assert "cannot fit" in failed[("store-all", budgets[0])].message
+    solved = {(p.strategy, p.budget) for p in front.points}
+    assert ("store-all", budgets[-1]) in solved and ("chen-greedy", budgets[-1]) in solved
+    assert len(solved) + len(failed) == 2 * len(budgets)
+    assert front.notes == ()  # these strategies leave no notes
+
+
+def test_graph_front_keeps_the_ilp_notes():
+    from conftest import EXAMPLES
+
+    from remat.schedules import load_profile
+
+    profile = load_profile(EXAMPLES / "graph_resnet50.json")
+    budget = default_budgets(profile, count=3)[1]
+    front = graph_front(profile, ["ilp"], [budget], time_limit=1, workers=1, progress=False)
+    ((strategy, at, note),) = front.notes
+    assert (strategy, at) == ("ilp", budget) and "time limit ran out" in note

@@ -16,6 +16,7 @@ from remat.cli import main
 from remat.schedules import ChainProfile, GraphNode, GraphProfile, Stage, save_profile, simulate
 from remat.solver import solve
 from remat.solver.front import FrontPoint
+from remat.solver.graph_pareto import FailedPoint, GraphFront
 from remat.solver.pareto import budget_sweep, chain_checkpoints
 from remat.solver.store_all import store_all_peak
 
@@ -96,12 +97,14 @@ def test_pareto_missing_file(tmp_path, capsys):
     assert capsys.readouterr().err.startswith("remat: error:")
 
 
-def test_graph_profiles_dispatch_to_graph_front(tmp_path, monkeypatch):
+def test_graph_profiles_dispatch_to_graph_front(tmp_path, monkeypatch, capsys):
     calls = {}
 
     def graph_front(profile, strategies, budgets, time_limit, workers, progress):
         calls.update(strategies=strategies, budgets=budgets, time_limit=time_limit, workers=workers)
-        return [FrontPoint("fake-ilp", 10, 9, 5.0, 1.0, None, 4.5, 0.1), FrontPoint("fake-ilp", 20, 19, 4.0, 0.0)]
+        points = (FrontPoint("fake-ilp", 10, 9, 5.0, 1.0, None, 4.5, 0.1), FrontPoint("fake-ilp", 20, 19, 4.0, 0.0))
+        notes = (("fake-ilp", 20, "the 3.5 s time limit ran out"),)
+        return GraphFront(points, (FailedPoint("fake-ilp", 5, "cannot fit 5 bytes"),), notes)
 
     module = types.ModuleType("remat.solver.graph_pareto")
     module.graph_front = graph_front
@@ -121,6 +124,9 @@ def test_graph_profiles_dispatch_to_graph_front(tmp_path, monkeypatch):
     assert calls == {"strategies": ["a", "b"], "budgets": None, "time_limit": 3.5, "workers": 2}
     rows = list(csv.DictReader(open(csv_path)))
     assert [r["strategy"] for r in rows] == ["fake-ilp", "fake-ilp"] and rows[0]["gap"] == "0.1"
+    out = capsys.readouterr().out
+    assert "fake-ilp: no schedule at 5 B: cannot fit 5 bytes" in out
+    assert "fake-ilp: note at 1 budget(s); at 20 B: the 3.5 s time limit ran out" in out
 
 
 def test_checkpoint_count_and_sweep_helpers():

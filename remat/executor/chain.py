@@ -36,8 +36,10 @@ class Chain(nn.Module):
         return len(self.stages)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for stage in self.stages:
+        for name, stage in zip(self.names, self.stages, strict=True):
             x = stage(x)
+            if not isinstance(x, torch.Tensor):  # the next stage would fail on it, far from the cause
+                raise RematError(f"stage '{name}': returns a {type(x).__name__}; a chain stage must return one tensor")
         return x
 
 

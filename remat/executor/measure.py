@@ -273,30 +273,19 @@ def compare(
 
 
 def plot_comparison(report: Report, path: str) -> None:
-    """Predicted and measured memory per op in one PNG (bytes after each op and op peaks)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+    """Predicted and measured memory (MiB) per op into one image: :func:`remat.plots.comparison_figure`."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(10, 4))
-    xs = list(range(len(report.predicted_timeline)))
-    ax.step(xs, [p[1] for p in report.predicted_timeline], where="mid", label="predicted peak per op")
-    ax.step(
-        [m.position for m in report.measured_timeline],
-        [m.peak for m in report.measured_timeline],
-        where="mid",
-        linestyle="--",
-        label="measured peak per op",
-    )
-    ax.axhline(report.predicted_peak, color="gray", linewidth=0.8)
-    ax.set_xlabel("op")
-    ax.set_ylabel("activation memory (bytes)")
-    ax.set_title(f"{report.strategy}: predicted vs measured ({report.device})")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    from remat.plots import comparison_figure
+    from remat.schedules import RematError
+
+    fig = comparison_figure(report)
+    try:
+        fig.savefig(path)
+    except (OSError, ValueError) as error:
+        raise RematError(f"{path}: cannot write the plot ({error})") from None
+    finally:
+        plt.close(fig)
 
 
 __all__ = ["Measurement", "OpMeasurement", "Report", "compare", "measure_steps", "plot_comparison"]

@@ -10,11 +10,12 @@ Units everywhere: sizes in bytes (int), times in milliseconds (float).
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any
 
@@ -26,7 +27,8 @@ GRAPH_FORMAT = "remat-graph-v1"
 
 def _check_size(value: Any, path: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and value.is_integer():
+        # an integral float is a size only where floats are exact (JSON writers may emit 1e6)
+        if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
             value = int(value)
         else:
             raise ProfileError(f"{path}: must be a non-negative integer number of bytes, got {value!r}")
@@ -56,6 +58,20 @@ def _require(data: Mapping[str, Any], key: str, path: str) -> Any:
         where = f"{path}.{key}" if path else key
         raise ProfileError(f"{where}: missing required field")
     return data[key]
+
+
+def _reject_unknown_keys(raw: Mapping[str, Any], cls: type, path: str) -> None:
+    """Refuse a key that is not a field of ``cls`` (a typo like ``forward_overhaed`` would otherwise
+    be dropped silently, and with it a transient). The known keys are the dataclass's fields, so a
+    new optional field is accepted as soon as it exists. Only stages and nodes are this strict; the
+    top level of a file may carry extra keys (docs/formats.md)."""
+    known = [f.name for f in fields(cls)]
+    for key in raw:
+        if key in known:
+            continue
+        close = difflib.get_close_matches(str(key), known, n=1)
+        hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(known)}"
+        raise ProfileError(f"{path}.{key}: unknown key ({hint})")
 
 
 def _check_metadata(value: Any, path: str) -> dict[str, Any]:
@@ -194,6 +210,7 @@ class ChainProfile:
             path = f"stages[{index}]"
             if not isinstance(raw, Mapping):
                 raise ProfileError(f"{path}: must be a JSON object")
+            _reject_unknown_keys(raw, Stage, path)
             stages.append(
                 Stage(
                     name=raw.get("name", f"stage{index}"),
@@ -364,6 +381,7 @@ class GraphProfile:
             path = f"nodes[{index}]"
             if not isinstance(raw, Mapping):
                 raise ProfileError(f"{path}: must be a JSON object")
+            _reject_unknown_keys(raw, GraphNode, path)
             nodes.append(
                 GraphNode(
                     name=raw.get("name", f"node{index}"),

@@ -7,6 +7,7 @@ Chain ops are ``("F_ck", i)``, ``("F_n", i)``, ``("F_all", i)`` and ``("B", i)``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,7 +96,12 @@ class Schedule:
                 raise ScheduleError(f"predicted.{key}: missing required field")
             if isinstance(predicted[key], bool) or not isinstance(predicted[key], (int, float)):
                 raise ScheduleError(f"predicted.{key}: must be a number, got {predicted[key]!r}")
-        if not float(predicted["peak_memory"]).is_integer() or predicted["peak_memory"] < 0:
+            if key != "peak_memory" and not (isinstance(predicted[key], float) or abs(predicted[key]) < 2**1000):
+                raise ScheduleError(f"predicted.{key}: too large for a number of milliseconds")
+        peak = predicted["peak_memory"]
+        # an integral float is a size only where floats are exact (JSON writers may emit 1e6)
+        exact = isinstance(peak, int) or (math.isfinite(peak) and peak.is_integer() and abs(peak) <= 2**53)
+        if not exact or peak < 0:
             raise ScheduleError(
                 "predicted.peak_memory: must be a non-negative integer number of bytes, "
                 f"got {predicted['peak_memory']!r}"

@@ -3,13 +3,17 @@
 :func:`graph_front` solves each (strategy, budget) pair in a process pool (the ILP is CPU-bound
 Python + C++, so processes, not threads), shows a tqdm progress bar on stderr, and returns one
 :class:`FrontPoint` per solved pair, each with its proven lower bound and gap when the strategy
-gives one. Budgets a strategy cannot meet are left out of the front. Units: bytes, ms, seconds.
+gives one. A (strategy, budget) pair that gives no schedule is kept as a :class:`FailedPoint`
+with its one-line message, an unexpected exception in one solve included (it fails that point,
+not the whole front). Units: bytes, ms, seconds.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
 from typing import Any
 
 from remat.schedules import GraphProfile, RematError
@@ -18,6 +22,31 @@ from remat.solver.graph_baselines import store_all_plan
 from remat.solver.graph_stages import memory_lower_bound, plan_peak
 
 TIME_LIMITED = ("ilp", "lp-rounding")
+
+
+@dataclass(frozen=True)
+class FailedPoint:
+    """A (strategy, budget bytes) pair without a schedule: ``message`` says why; ``unexpected``
+    marks an exception that is not a user-facing remat error (a bug to report)."""
+
+    strategy: str
+    budget: int
+    message: str
+    unexpected: bool = False
+
+
+@dataclass(frozen=True)
+class GraphFront:
+    """The solved points (iterating over a front gives them), the pairs that failed, and the
+    solvers' notes as (strategy, budget bytes, note), e.g. a time limit too short to beat a
+    baseline."""
+
+    points: tuple[FrontPoint, ...]
+    failed: tuple[FailedPoint, ...] = ()
+    notes: tuple[tuple[str, int, str], ...] = ()
+
+    def __iter__(self) -> Iterator[FrontPoint]:
+        return iter(self.points)
 
 
 def default_budgets(profile: GraphProfile, count: int = 10) -> list[int]:
@@ -42,7 +71,9 @@ def _solve_point(profile_dict: dict[str, Any], strategy: str, budget: int, time_
     try:
         schedule = solve(profile, budget, strategy, **options)
     except RematError as error:
-        return strategy, budget, None, str(error)
+        return strategy, budget, None, FailedPoint(strategy, budget, str(error)), None
+    except Exception as error:  # noqa: BLE001 - one solve's bug fails its point, not the front
+        return strategy, budget, None, FailedPoint(strategy, budget, f"{type(error).__name__}: {error}", True), None
     p = schedule.predicted
     return (
         strategy,
@@ -58,6 +89,7 @@ def _solve_point(profile_dict: dict[str, Any], strategy: str, budget: int, time_
             gap=schedule.extra.get("gap"),
         ),
         None,
+        schedule.extra.get("note"),
     )
 
 
@@ -68,10 +100,11 @@ def graph_front(
     time_limit: float = 60.0,
     workers: int = 2,
     progress: bool = True,
-) -> list[FrontPoint]:
+) -> GraphFront:
     """Solve every strategy at every budget (bytes; default :func:`default_budgets`) with
-    ``workers`` processes; ``time_limit`` seconds per ILP / LP solve. Returns the points found,
-    sorted by strategy then budget; infeasible (strategy, budget) pairs are omitted."""
+    ``workers`` processes; ``time_limit`` seconds per ILP / LP solve (the whole solve, see
+    :mod:`remat.solver.deadline`). Returns the points found and the pairs that failed, each
+    sorted by strategy then budget."""
     from remat.solver import get_strategy
 
     for name in strategies:
@@ -96,14 +129,24 @@ def graph_front(
                     bar.update()
         else:
             with ProcessPoolExecutor(max_workers=workers) as pool:
-                futures = [pool.submit(_solve_point, data, n, b, time_limit, cp_workers) for n, b in tasks]
+                futures = {pool.submit(_solve_point, data, n, b, time_limit, cp_workers): (n, b) for n, b in tasks}
                 for future in as_completed(futures):
-                    results.append(future.result())
+                    results.append(_outcome(future, *futures[future]))
                     if bar:
                         bar.update()
     finally:
         if bar:
             bar.close()
-    points = [point for _, _, point, _ in results if point is not None]
     order = {name: index for index, name in enumerate(strategies)}
-    return sorted(points, key=lambda p: (order[p.strategy], p.budget))
+    points = sorted((r[2] for r in results if r[2] is not None), key=lambda p: (order[p.strategy], p.budget))
+    failed = sorted((r[3] for r in results if r[3] is not None), key=lambda f: (order[f.strategy], f.budget))
+    notes = sorted(((r[0], r[1], r[4]) for r in results if r[4]), key=lambda n: (order[n[0]], n[1]))
+    return GraphFront(tuple(points), tuple(failed), tuple(notes))
+
+
+def _outcome(future, name: str, budget: int):
+    """A pool future's result; a worker that died (or could not return) fails only its point."""
+    try:
+        return future.result()
+    except Exception as error:  # noqa: BLE001 - e.g. BrokenProcessPool: report it with the point
+        return name, budget, None, FailedPoint(name, budget, f"{type(error).__name__}: {error}", True), None

@@ -19,10 +19,11 @@ import random
 import time
 from dataclasses import dataclass
 
-from remat.schedules import GraphProfile, InfeasibleBudgetError, Schedule, ScheduleError
+from remat.schedules import GraphProfile, InfeasibleBudgetError, RematError, Schedule, ScheduleError
 from remat.schedules.units import format_size
 from remat.solver.checkmate_model import solve_relaxation
 from remat.solver.common import Strategy, make_schedule, require_graph
+from remat.solver.deadline import Deadline, TimeUp, as_deadline, check_time_limit
 from remat.solver.graph_baselines import store_all_plan
 from remat.solver.graph_stages import StagePlan, memory_lower_bound, plan_from_s, plan_ops, plan_peak
 
@@ -33,41 +34,60 @@ SHRINK = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5)
 
 
 def solve(profile: GraphProfile, budget: int, time_limit: float = 60.0) -> Schedule:
-    """Round the LP relaxation; the cheapest rounded schedule within ``budget`` bytes."""
+    """Round the LP relaxation; the cheapest rounded schedule within ``budget`` bytes, all of it
+    (LP building and solving, re-solves, rounding) within ``time_limit`` seconds plus the margin
+    of :mod:`remat.solver.deadline`."""
     profile = require_graph(profile, NAME)
+    deadline = Deadline(check_time_limit(time_limit, NAME))
     floor = memory_lower_bound(profile)
     if budget < floor:
         raise InfeasibleBudgetError(
-            NAME, budget, floor, "computing some node needs it and all its inputs in memory at once (a lower bound)"
+            NAME, budget, floor, "computing some node needs it and all its inputs in memory at once", bound="at least"
         )
     total = profile.store_all_compute_ms
     base = store_all_plan(profile)
     if plan_peak(profile, base) <= budget:
-        return _finish(profile, budget, base, total, {"lp_status": "not needed (store-all fits)"})
-    result = round_relaxation(profile, budget, time_limit)
+        return _finish(profile, budget, base, total, {"lp_status": "not needed (store-all fits)"}, deadline)
+    result = round_relaxation(profile, budget, deadline)
     if result.status == "infeasible":
         from remat.solver.ilp import infeasible
 
-        raise infeasible(profile, budget, NAME, min(time_limit, 10.0), 1)
+        raise infeasible(profile, budget, NAME, deadline, 1)
     if result.value is None:
-        raise InfeasibleBudgetError(NAME, budget, None, f"the LP relaxation did not solve within {time_limit:g} s")
+        why = (
+            f"was not solved: the time ran out during {result.ran_out}"
+            if result.ran_out
+            else (f"ended with status '{result.status}'")
+        )
+        raise RematError(
+            f"strategy '{NAME}': the LP relaxation {why} (time limit {time_limit:g} s), so there is nothing to "
+            "round; try a larger --time-limit"
+        )
+    if result.plan is None and result.lowest_peak is None:
+        raise RematError(
+            f"strategy '{NAME}': the {time_limit:g} s time limit ran out during {result.ran_out or 'rounding'}, "
+            "before any rounding of the LP was checked; try a larger --time-limit"
+        )
     if result.plan is None:
+        stopped = f" (rounding stopped early: the time limit ran out during {result.ran_out})" if result.ran_out else ""
         raise InfeasibleBudgetError(
             NAME,
             budget,
             None,
             f"every rounding of the LP exceeds the budget, the lowest peaks at {format_size(result.lowest_peak)} "
-            f"({result.lowest_peak} bytes); the budget may still be feasible: try the 'ilp' strategy",
+            f"({result.lowest_peak} bytes){stopped}; the budget may still be feasible: try the 'ilp' strategy",
         )
     extra = {"lp_status": result.status, "lp_seconds": round(result.seconds, 3), "rounding": result.how}
-    return _finish(profile, budget, result.plan, min(result.value, result.plan.cost_ms(profile)), extra)
+    if result.ran_out:
+        extra["note"] = f"the time limit ran out during {result.ran_out}: a larger --time-limit may round better"
+    return _finish(profile, budget, result.plan, min(result.value, result.plan.cost_ms(profile)), extra, deadline)
 
 
 @dataclass(frozen=True)
 class Rounded:
     """LP relaxation + rounding outcome: LP status and value (ms, a lower bound when optimal), the
     cheapest rounded plan within the budget (or None), how it was rounded, the lowest peak
-    (bytes) of any rounding tried, and the seconds spent."""
+    (bytes) of any rounding tried, the seconds spent, and the phase the deadline ended (or None)."""
 
     status: str
     value: float | None
@@ -75,30 +95,42 @@ class Rounded:
     how: str
     lowest_peak: int | None
     seconds: float
+    ran_out: str | None = None
 
 
-def round_relaxation(profile: GraphProfile, budget: int, time_limit: float) -> Rounded:
+def round_relaxation(profile: GraphProfile, budget: int, time_limit: float | Deadline) -> Rounded:
     """Solve the LP at ``budget`` bytes and round it (shrinking the LP's budget if no rounding
-    fits), all within about ``time_limit`` seconds."""
+    fits), all before the deadline (``time_limit`` seconds from now, or a shared :class:`Deadline`)."""
+    deadline = as_deadline(time_limit)
     start = time.perf_counter()
     floor = memory_lower_bound(profile)
-    status, value, fractional = solve_relaxation(profile, budget, time_limit)
+    try:
+        status, value, fractional = solve_relaxation(profile, budget, deadline)
+    except TimeUp as up:
+        return Rounded("time limit", None, None, "", None, time.perf_counter() - start, up.phase)
     if value is None:
         return Rounded(status, None, None, "", None, time.perf_counter() - start)
     scored: list = []
     fitting: list = []
+    ran_out = None
     # Rounding ignores memory, so if nothing fits, round the LP of a smaller budget: its rounded
     # schedules hold less (the lower bound stays the LP value at the real budget).
     for factor in SHRINK:
         if factor < 1.0:
             shrunk = int(budget * factor)
-            left = time_limit - (time.perf_counter() - start)
-            if shrunk < floor or left < 1.0:
+            if shrunk < floor:
                 break
-            status_f, _, fractional = solve_relaxation(profile, shrunk, left)
+            try:
+                status_f, _, fractional = solve_relaxation(profile, shrunk, deadline)
+            except TimeUp as up:
+                ran_out = up.phase
+                break
             if status_f != "optimal":
                 break
         for how, plan in _roundings(profile, fractional):
+            if deadline.left() <= 0:
+                ran_out = "rounding"
+                break
             try:
                 plan.check(profile)  # safety net: a rounding must be a valid plan (the simulator checks it again)
             except ScheduleError:
@@ -107,14 +139,14 @@ def round_relaxation(profile: GraphProfile, budget: int, time_limit: float) -> R
             scored.append(candidate)
             if candidate[1] <= budget:
                 fitting.append(candidate)
-        if fitting:
+        if fitting or ran_out:
             break
     seconds = time.perf_counter() - start
     lowest = min(c[1] for c in scored) if scored else None
     if not fitting:
-        return Rounded(status, value, None, "", lowest, seconds)
+        return Rounded(status, value, None, "", lowest, seconds, ran_out)
     cost, _, how, plan = min(fitting, key=lambda c: (c[0], c[1]))
-    return Rounded(status, value, plan, how, lowest, seconds)
+    return Rounded(status, value, plan, how, lowest, seconds, ran_out)
 
 
 def _roundings(profile: GraphProfile, fractional: list[dict]):
@@ -128,10 +160,11 @@ def _roundings(profile: GraphProfile, fractional: list[dict]):
         yield f"random sample {sample}", plan_from_s(profile, S)
 
 
-def _finish(profile: GraphProfile, budget: int, plan, lower: float, extra: dict) -> Schedule:
+def _finish(profile: GraphProfile, budget: int, plan, lower: float, extra: dict, deadline: Deadline) -> Schedule:
     cost = plan.cost_ms(profile)
     lower = max(min(lower, cost), 0.0)
     extra = {"lower_bound_ms": lower, "gap": (cost - lower) / cost if cost > 0 else 0.0, **extra}
+    extra |= {"time_limit_seconds": deadline.limit, "elapsed_seconds": round(deadline.elapsed(), 3)}
     return make_schedule(
         profile,
         budget,

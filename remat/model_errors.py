@@ -1,0 +1,73 @@
+"""Errors raised by the user's model while remat runs it, as one line naming where.
+
+``remat profile`` and ``remat execute`` run the user's model; a wrong input shape or a stage
+that cannot take its predecessor's output raises deep inside torch. The CLI turns such an
+exception into one line naming the stage (when the model ran as a chain), the innermost module
+and the user's own source line, instead of a traceback or a misleading "internal error".
+"""
+
+from __future__ import annotations
+
+import os
+import types
+
+from remat.schedules import RematError
+
+_REMAT_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _torch_dir() -> str | None:
+    import sys
+
+    torch = sys.modules.get("torch")
+    return os.path.dirname(os.path.abspath(torch.__file__)) if torch is not None else None
+
+
+def _frames(tb: types.TracebackType | None):
+    while tb is not None:
+        yield tb.tb_frame, tb.tb_lineno
+        tb = tb.tb_next
+
+
+def where_in_model(error: BaseException) -> str | None:
+    """``stage 'x', in Conv2d, at model.py:12`` for an exception raised while a torch module ran,
+    or None when no module is on the traceback (then it is not the model's error)."""
+    import sys
+
+    nn = getattr(sys.modules.get("torch"), "nn", None)
+    if nn is None:
+        return None
+    torch_dir, stage, innermost, user_line = _torch_dir(), None, None, None
+    for frame, line in _frames(error.__traceback__):
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, nn.Module):
+            innermost = type(owner).__name__
+            if type(owner).__name__ == "Chain" and "stage" in frame.f_locals:
+                modules = list(owner.stages)
+                current = frame.f_locals["stage"]
+                stage = next((owner.names[i] for i, m in enumerate(modules) if m is current), stage)
+        path = os.path.abspath(frame.f_code.co_filename)
+        internal = (torch_dir and path.startswith(torch_dir)) or (
+            path.startswith(_REMAT_DIR) and os.sep + "zoo" + os.sep not in path
+        )
+        if not internal and not path.startswith("<"):
+            user_line = f"{os.path.basename(path)}:{line}"
+    if innermost is None:
+        return None
+    parts = ([f"stage '{stage}'"] if stage is not None else []) + [f"in {innermost}"]
+    if user_line:
+        parts.append(f"at {user_line}")
+    return ", ".join(parts)
+
+
+def model_error(error: Exception, model: str, shape: str) -> RematError | None:
+    """The one-line error for ``error`` raised while running ``model`` on an input of ``shape``,
+    or None if it did not come from running a module."""
+    where = where_in_model(error)
+    if where is None:
+        return None
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    message = lines[0] if lines else "(no message)"
+    return RematError(
+        f"--model {model}: running it on an input of shape {shape} failed ({where}): {type(error).__name__}: {message}"
+    )
