@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from remat.cli import main
 from remat.executor.loading import load_model
@@ -70,7 +71,10 @@ def test_profile_solve_execute(tmp_path, capsys):
     assert "peak activation memory" in out and "step time" in out
     report = json.loads(report_path.read_text())
     peak = report["peak_memory"]
-    assert abs(peak["measured"] - peak["predicted"]) <= 0.05 * peak["predicted"]
+    assert abs(peak["live_tensors"] - peak["predicted"]) <= 0.05 * peak["predicted"]
+    # the allocator also sees the replay's RNG snapshots (one per stage), which the simulator does not model
+    rng_snapshots = load_profile(profile_path).length * torch.get_rng_state().nbytes
+    assert 0.95 * peak["predicted"] <= peak["measured"] <= 1.05 * peak["predicted"] + rng_snapshots
     assert len(report["timeline"]) == 14
     assert plot_path.stat().st_size > 0
 
