@@ -311,12 +311,12 @@ def _cmd_execute(args: argparse.Namespace) -> int:
         if not isinstance(profile, ChainProfile):
             raise RematError("--profile: 'remat execute' needs a chain profile")
         wrapped = RematChain(chain, schedule, profile)
-        _note_threads(profile)
     else:
         wrapped = RematChain(chain, schedule.ops)  # checks the stage count before profiling
         print("no --profile given: profiling the model for the prediction", file=sys.stderr)
         profile = profile_chain(chain, x, repeats=5, progress=True)
     report = compare(profile, schedule, wrapped, x, steps=args.steps)
+    _note_threads(profile)
     return _print_report(report, args)
 
 
