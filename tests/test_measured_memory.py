@@ -17,63 +17,23 @@ from remat.executor.measure import compare, measure_steps
 from remat.executor.profiler import check_profile_matches, profile_chain
 from remat.executor.replay import RematChain
 from remat.executor.zoo import small
+from remat.executor.zoo.resnet18 import resnet18
 from remat.schedules import RematError, load_profile, save_profile
 from remat.solver import solve
 from remat.solver.common import make_schedule
 from remat.solver.store_all import store_all_peak
 
 
-class BasicBlock(nn.Module):
-    def __init__(self, cin: int, cout: int, stride: int = 1) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.relu = nn.ReLU(inplace=True)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.downsample = None
-        if stride != 1 or cin != cout:
-            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        identity = x if self.downsample is None else self.downsample(x)
-        out = self.relu(self.bn1(self.conv1(x)))
-        return self.relu(self.bn2(self.conv2(out)) + identity)
-
-
-class ResNet18(nn.Module):
-    """torchvision's ResNet-18 layout (conv1 bn1 relu maxpool layer1..4 avgpool fc), plain torch."""
-
-    def __init__(self, num_classes: int = 1000) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
-        self.bn1 = nn.BatchNorm2d(64)
-        self.relu = nn.ReLU(inplace=True)
-        self.maxpool = nn.MaxPool2d(3, 2, 1)
-        widths, cin = (64, 128, 256, 512), 64
-        for i, width in enumerate(widths):
-            stride = 1 if i == 0 else 2
-            setattr(self, f"layer{i + 1}", nn.Sequential(BasicBlock(cin, width, stride), BasicBlock(width, width)))
-            cin = width
-        self.avgpool = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(512, num_classes)
-
-    def forward(self, x):
-        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        return self.fc(torch.flatten(self.avgpool(x), 1))
-
-
 @pytest.fixture(scope="module")
-def resnet18():
+def resnet18_b8():
     torch.manual_seed(0)
-    model = ResNet18().train()
+    model = resnet18().train()
     x = torch.randn(8, 3, 96, 96)
     return model, x, profile_chain(model, x, repeats=1, warmup=1)
 
 
-def test_resnet18_prediction_within_2_percent_of_the_allocator(resnet18):
-    model, x, profile = resnet18
+def test_resnet18_prediction_within_2_percent_of_the_allocator(resnet18_b8):
+    model, x, profile = resnet18_b8
     reference = store_all_peak(profile)
     schedules = [solve(profile, 2**62, "store-all"), solve(profile, int(0.6 * reference), "optimal")]
     for schedule in schedules:
