@@ -81,3 +81,32 @@ def test_tensor_meter_phases_match_the_tracker():
         del b
     assert meter.phases == (Phase("", 0, 400, 400), Phase("next", 400, 1600, 400))
     del a
+
+
+def test_bookkeeping_inside_untracked_is_set_apart():
+    """Tensors remat makes for itself (inside ``untracked()``) are reported apart, not counted."""
+    from remat.executor.memory import untracked
+
+    with AllocatorMeter("cpu") as meter:
+        kept = torch.empty(100)
+        with untracked():
+            snapshot = torch.empty(1000)
+            scratch = torch.empty(500)
+            del scratch
+        del snapshot
+        more = torch.empty(10)
+    assert meter.peak_bytes == 440 and meter.final_bytes == 440
+    assert meter.bookkeeping_peak == 6000
+    del kept, more
+
+
+def test_bookkeeping_is_set_apart_while_the_tracker_runs_too():
+    from remat.executor.memory import untracked
+
+    with AllocatorMeter("cpu") as meter, tensor_meter("cpu") as tracker:
+        with untracked():
+            snapshot = torch.get_rng_state()
+        kept = torch.empty(10)
+    assert meter.peak_bytes == tracker.peak_bytes == 40
+    assert meter.bookkeeping_peak == snapshot.nbytes
+    del kept

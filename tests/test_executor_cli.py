@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from remat.cli import main
 from remat.executor.loading import load_model
@@ -72,9 +71,8 @@ def test_profile_solve_execute(tmp_path, capsys):
     report = json.loads(report_path.read_text())
     peak = report["peak_memory"]
     assert abs(peak["live_tensors"] - peak["predicted"]) <= 0.05 * peak["predicted"]
-    # the allocator also sees the replay's RNG snapshots (one per stage), which the simulator does not model
-    rng_snapshots = load_profile(profile_path).length * torch.get_rng_state().nbytes
-    assert 0.95 * peak["predicted"] <= peak["measured"] <= 1.05 * peak["predicted"] + rng_snapshots
+    assert abs(peak["measured"] - peak["predicted"]) <= 0.05 * peak["predicted"]  # judged by the allocator
+    assert peak["bookkeeping"] > 0  # the replay's RNG snapshots: seen by the allocator, reported apart
     assert len(report["timeline"]) == 14
     assert plot_path.stat().st_size > 0
 

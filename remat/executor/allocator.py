@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
-from remat.executor.memory import CudaMeter, StorageTracker
+from remat.executor.memory import UNTRACKED_SCOPE, CudaMeter, StorageTracker, profiler_scope
 
 _MARK = "remat.mark."
 
@@ -110,16 +110,20 @@ class AllocatorMeter(_Phased):
         phases: one :class:`Phase` per stretch between marks (the first is labelled ``""``).
         peak_bytes: the largest live total in the block (bytes).
         final_bytes: bytes still allocated at the end of the block (bytes).
+        bookkeeping_peak: CPU: the most bytes remat's own bookkeeping (tensors made inside
+            :func:`~remat.executor.memory.untracked`: RNG snapshots, buffer copies) held at once;
+            they are not in the other readings, as the tracker does not count them (bytes).
     """
 
     def __init__(self, device: str | torch.device = "cpu") -> None:
         self.device = torch.device(device)
+        self.bookkeeping_peak = 0
         self._labels: list[str] = [""]
         self._live: LivePhases | None = None
         self._profile: torch.autograd.profiler.profile | None = None
 
     def __enter__(self) -> AllocatorMeter:
-        self._labels, self.phases = [""], ()
+        self._labels, self.phases, self.bookkeeping_peak = [""], (), 0
         if self.device.type == "cpu":
             # kineto prints a "profiler_start/stop" line per session unless its log level is above 5;
             # it reads the variable when the profiler first starts. A user's own setting wins.
@@ -134,7 +138,7 @@ class AllocatorMeter(_Phased):
     def mark(self, label: str) -> None:
         """End the current phase here and start one called ``label``."""
         if self._profile is not None:
-            with torch.autograd.profiler.record_function(f"{_MARK}{len(self._labels)}"):
+            with profiler_scope(f"{_MARK}{len(self._labels)}"):
                 pass
         elif self._live is not None:
             self._live.mark(label)
@@ -143,7 +147,9 @@ class AllocatorMeter(_Phased):
     def __exit__(self, *exc) -> None:
         if self._profile is not None:
             self._profile.__exit__(*exc)
-            self.phases = _phases_from_events(self._profile.kineto_results, self._labels, self.device)
+            self.phases, self.bookkeeping_peak = _phases_from_events(
+                self._profile.kineto_results, self._labels, self.device
+            )
             self._profile = None
         elif self._live is not None:
             self._live.__exit__(*exc)
@@ -151,42 +157,61 @@ class AllocatorMeter(_Phased):
             self._live = None
 
 
-def _flatten(nodes) -> list:
-    out, stack = [], list(nodes)
+def _flatten(nodes) -> list[tuple[object, bool]]:
+    """Every node of the profiler's event tree, with whether it ran inside an ``untracked()`` block."""
+    out, stack = [], [(node, False) for node in nodes]
     while stack:
-        node = stack.pop()
-        out.append(node)
-        stack.extend(node.children)
+        node, hidden = stack.pop()
+        out.append((node, hidden))
+        hidden = hidden or node.name == UNTRACKED_SCOPE
+        stack.extend((child, hidden) for child in node.children)
     return out
 
 
-def _phases_from_events(results, labels: list[str], device: torch.device) -> tuple[Phase, ...]:
-    """Replay the profiler's allocation events and marks in time order into phases."""
-    events = []  # (time ns, kind, payload): kind 0 = mark (index), 1 = allocation (ptr, bytes)
-    for node in _flatten(results.experimental_event_tree()):
+class _Count:
+    """Live bytes of the blocks allocated inside the metered block, by pointer, and their peak."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[int, int] = {}
+        self.live = 0
+        self.peak = 0
+
+    def allocate(self, ptr: int, size: int) -> None:
+        self.blocks[ptr] = size
+        self.live += size
+        self.peak = max(self.peak, self.live)
+
+    def free(self, ptr: int) -> None:
+        self.live -= self.blocks.pop(ptr, 0)
+
+
+def _phases_from_events(results, labels: list[str], device: torch.device) -> tuple[tuple[Phase, ...], int]:
+    """Replay the profiler's allocation events and marks in time order into phases; also return the
+    peak bytes of remat's own bookkeeping (allocated inside ``untracked()``), which is not counted."""
+    events = []  # (time ns, kind, payload): kind 0 = mark (index), 1 = allocation (ptr, bytes, hidden)
+    for node, hidden in _flatten(results.experimental_event_tree()):
         fields = node.extra_fields
         if isinstance(fields, torch._C._profiler._ExtraFields_Allocation):
             if fields.device.type == device.type:
-                events.append((node.start_time_ns, 1, (fields.ptr, fields.alloc_size)))
+                events.append((node.start_time_ns, 1, (fields.ptr, fields.alloc_size, hidden)))
         elif node.name.startswith(_MARK):
             events.append((node.start_time_ns, 0, int(node.name[len(_MARK) :])))
     events.sort(key=lambda e: (e[0], e[1]))
-    owned: dict[int, int] = {}  # ptr -> bytes of blocks allocated inside the block and still live
-    phases, live, start, peak, index = [], 0, 0, 0, 0
+    counted, bookkeeping = _Count(), _Count()
+    phases, start, index = [], 0, 0
     for _, kind, payload in events:
         if kind == 0:
-            phases.append(Phase(labels[index], start, peak, live))
-            index, start, peak = payload, live, live
+            phases.append(Phase(labels[index], start, counted.peak, counted.live))
+            index, start, counted.peak = payload, counted.live, counted.live
             continue
-        ptr, size = payload
+        ptr, size, hidden = payload
         if size > 0:
-            owned[ptr] = size
-            live += size
-            peak = max(peak, live)
-        elif ptr in owned:  # a free of memory that existed before the block is not ours to subtract
-            live -= owned.pop(ptr)
-    phases.append(Phase(labels[index], start, peak, live))
-    return tuple(phases)
+            (bookkeeping if hidden else counted).allocate(ptr, size)
+        else:  # a free of memory that existed before the block is in neither count
+            counted.free(ptr)
+            bookkeeping.free(ptr)
+    phases.append(Phase(labels[index], start, counted.peak, counted.live))
+    return tuple(phases), bookkeeping.peak
 
 
 __all__ = ["AllocatorMeter", "LivePhases", "Phase", "tensor_meter"]

@@ -52,7 +52,9 @@ class Measurement:
 
     ``peak_memory``: the allocator's peak (max over steps); ``tensor_peak``: the live-tensor tracker's
     peak (max over steps; None if not measured); ``step_ms``: the fastest step; ``timeline`` / ``tensor_timeline``:
-    the allocator's / the tracker's readings around each op of the step with the largest peak.
+    the allocator's / the tracker's readings around each op of the step with the largest peak;
+    ``bookkeeping_peak``: the most bytes the replay's own bookkeeping (RNG snapshots, made inside
+    ``untracked()``) held at once, which the allocator saw and the two peaks leave out (CPU).
     """
 
     peak_memory: int
@@ -62,6 +64,7 @@ class Measurement:
     timeline: tuple[OpMeasurement, ...] = ()
     tensor_peak: int | None = None
     tensor_timeline: tuple[OpMeasurement, ...] = ()
+    bookkeeping_peak: int = 0
 
 
 def prepare_grads(module: torch.nn.Module) -> None:
@@ -143,7 +146,7 @@ def measure_steps(
         prepare_grads(wrapped)
         step()
 
-    peak, tensor_peak, records, tensor_records = -1, 0, (), ()
+    peak, tensor_peak, bookkeeping, records, tensor_records = -1, 0, 0, (), ()
     for _ in range(max(1, steps)):
         prepare_grads(wrapped)
         sync(device)
@@ -152,6 +155,7 @@ def measure_steps(
         with meters[0], meters[1], _observed(wrapped, _marking_observer(meters, ops) if timeline else None):
             step()
         tensor_peak = max(tensor_peak, meters[1].peak_bytes)
+        bookkeeping = max(bookkeeping, meters[0].bookkeeping_peak)
         if meters[0].peak_bytes > peak:
             peak = meters[0].peak_bytes
             records, tensor_records = (_op_records(m, ops, input_bytes) for m in meters)
@@ -164,6 +168,7 @@ def measure_steps(
         timeline=records,
         tensor_peak=tensor_peak + input_bytes,
         tensor_timeline=tensor_records,
+        bookkeeping_peak=bookkeeping,
     )
 
 
@@ -210,7 +215,8 @@ class Report:
     """Predicted (simulator) next to measured, for one schedule on one model.
 
     ``measured_peak`` is the allocator's peak (what the prediction is judged against);
-    ``measured_tensor_peak`` the live-tensor tracker's, when measured (bytes).
+    ``measured_tensor_peak`` the live-tensor tracker's, when measured; ``bookkeeping_peak`` what
+    the replay's own bookkeeping (RNG snapshots) held at most, left out of both (bytes).
     """
 
     strategy: str
@@ -225,6 +231,7 @@ class Report:
     measured_timeline: tuple[OpMeasurement, ...] = ()
     metadata: dict[str, Any] = field(default_factory=dict)
     measured_tensor_peak: int | None = None
+    bookkeeping_peak: int = 0
 
     @property
     def peak_error(self) -> float:
@@ -248,6 +255,7 @@ class Report:
                 "error": self.peak_error,
                 "measured_by": "allocator",
                 "live_tensors": self.measured_tensor_peak,
+                "bookkeeping": self.bookkeeping_peak,
             },
             "step_ms": {"predicted": self.predicted_ms, "measured": self.measured_ms, "error": self.time_error},
             "timeline": [
@@ -296,7 +304,10 @@ class Report:
         if self.measured_tensor_peak is None:
             return []
         error = _relative(self.measured_tensor_peak, self.predicted_peak)
-        return [("  live tensors", "", format_size(self.measured_tensor_peak), f"({100 * error:+.2f}%)")]
+        rows = [("  live tensors", "", format_size(self.measured_tensor_peak), f"({100 * error:+.2f}%)")]
+        if self.bookkeeping_peak:
+            rows.append(("  remat bookkeeping", "", format_size(self.bookkeeping_peak), "(not counted)"))
+        return rows
 
 
 def compare(
@@ -323,6 +334,7 @@ def compare(
         measured_timeline=measured.timeline,
         metadata={"profile": profile.name, "torch": torch.__version__, "threads": torch.get_num_threads()},
         measured_tensor_peak=measured.tensor_peak,
+        bookkeeping_peak=measured.bookkeeping_peak,
     )
 
 
