@@ -295,7 +295,7 @@ class Report:
         widths = [max(len(r[c]) for r in rows) for c in range(4)]
         lines = [f"strategy {self.strategy}, budget {format_size(self.budget)}, {self.device}, {self.steps} steps"]
         lines += ["  ".join(cell.ljust(widths[c]) for c, cell in enumerate(row)).rstrip() for row in rows]
-        lines.append("measured memory: the allocator's peak (live tensors: what a tensor tracker sees, for reference)")
+        lines.append("measured: the allocator's peak, kernel buffers included; live tensors: a tensor count")
         return "\n".join(lines)
 
     def _tensor_rows(self) -> list[tuple[str, str, str, str]]:
