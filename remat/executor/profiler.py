@@ -128,6 +128,46 @@ def _leaf(x: torch.Tensor) -> torch.Tensor:
     return leaf
 
 
+def _record_and_backward_memory(
+    forward_record: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+    backward: Callable[[tuple], None],
+    pre_existing: set[int],
+    input_bytes: int,
+    device: torch.device,
+) -> tuple[int, int, int]:
+    """(saved_size, forward_overhead, backward_overhead) in bytes, from one metered recording
+    forward (saved tensors seen by hooks) and its backward."""
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        key, nbytes = _storage_key(t)
+        if key not in pre_existing and t.device.type == device.type:
+            saved[key] = allocation_size(nbytes, device)
+        return t
+
+    with AllocatorMeter(device) as meter:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            leaf, rec_out = forward_record()
+        key, nbytes = _storage_key(rec_out)
+        saved[key] = allocation_size(nbytes, device)
+        meter.mark("output gradient")
+        grad_out = torch.ones_like(rec_out)
+        meter.mark("backward")
+        backward((leaf, rec_out, grad_out))
+        gradient_bytes = input_bytes if leaf.requires_grad else 0
+        del leaf, rec_out, grad_out
+    record, _, back = meter.phases
+    # what stays allocated after the recording forward is what F_all holds (abar); the allocator
+    # may see more than the saved tensors (buffers a kernel keeps for its backward), never less.
+    # The simulator's B adds g_i = a_i's size; with no input gradient (token ids) that is an
+    # over-estimate of input_bytes, which the overhead cannot go below 0 to compensate.
+    return (
+        max(sum(saved.values()), record.end),
+        max(0, record.peak - record.end),
+        max(0, back.peak - back.start - gradient_bytes),
+    )
+
+
 def profile_stage(
     stage: nn.Module, x: torch.Tensor, name: str, repeats: int = 5, warmup: int = 2, timed: bool = True
 ) -> tuple[Stage, torch.Tensor, int]:
@@ -175,35 +215,9 @@ def profile_stage(
     output_size = allocation_size(out.untyped_storage().nbytes(), device)
     nograd_overhead = max(0, meter.peak_bytes - output_size)
 
-    # memory: recording forward (saved tensors seen by hooks) and its backward, in one metered block
-    saved: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        key, nbytes = _storage_key(t)
-        if key not in pre_existing and t.device.type == device.type:
-            saved[key] = allocation_size(nbytes, device)
-        return t
-
-    with AllocatorMeter(device) as meter:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            leaf, rec_out = forward_record()
-        key, nbytes = _storage_key(rec_out)
-        saved[key] = allocation_size(nbytes, device)
-        meter.mark("output gradient")
-        grad_out = torch.ones_like(rec_out)
-        meter.mark("backward")
-        backward((leaf, rec_out, grad_out))
-        gradient_bytes = input_bytes if leaf.requires_grad else 0
-        del leaf, rec_out, grad_out
-    record_phase, _, backward_phase = meter.phases
-
-    # what stays allocated after the recording forward is what F_all holds (abar); the allocator
-    # may see more than the saved tensors (buffers a kernel keeps for its backward), never less
-    saved_size = max(sum(saved.values()), record_phase.end)
-    forward_overhead = max(0, record_phase.peak - record_phase.end)
-    backward_overhead = max(0, backward_phase.peak - backward_phase.start - gradient_bytes)
-    # the simulator's B adds g_i = a_i's size; with no input gradient (token ids) that is an
-    # over-estimate of input_bytes, which the overhead cannot go below 0 to compensate
+    saved_size, forward_overhead, backward_overhead = _record_and_backward_memory(
+        forward_record, backward, pre_existing, input_bytes, device
+    )
 
     forward_ms = backward_ms = 0.0  # timed by time_chain, in sequence
     if timed:
