@@ -318,7 +318,7 @@ def compare(
     A profile measured on another model or input is refused (:func:`check_profile_matches`)."""
     from remat.executor.profiler import check_profile_matches
 
-    check_profile_matches(profile, wrapped.chain, x)
+    check_profile_matches(profile, getattr(wrapped, "chain", wrapped), x)
     predicted = simulate(profile, schedule.ops, timeline=True)
     measured = measure_steps(wrapped, x, steps=steps, warmup=warmup)
     return Report(
