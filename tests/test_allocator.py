@@ -3,10 +3,13 @@ kernel-internal buffers that the live-tensor tracker misses, and ignores memory 
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
 from remat.executor.allocator import AllocatorMeter, Phase, tensor_meter
+from remat.executor.memory import untracked
+from remat.schedules import RematError
 
 
 def test_counts_allocations_and_frees_exactly():
@@ -85,8 +88,6 @@ def test_tensor_meter_phases_match_the_tracker():
 
 def test_bookkeeping_inside_untracked_is_set_apart():
     """Tensors remat makes for itself (inside ``untracked()``) are reported apart, not counted."""
-    from remat.executor.memory import untracked
-
     with AllocatorMeter("cpu") as meter:
         kept = torch.empty(100)
         with untracked():
@@ -101,8 +102,6 @@ def test_bookkeeping_inside_untracked_is_set_apart():
 
 
 def test_bookkeeping_is_set_apart_while_the_tracker_runs_too():
-    from remat.executor.memory import untracked
-
     with AllocatorMeter("cpu") as meter, tensor_meter("cpu") as tracker:
         with untracked():
             snapshot = torch.get_rng_state()
@@ -110,3 +109,9 @@ def test_bookkeeping_is_set_apart_while_the_tracker_runs_too():
     assert meter.peak_bytes == tracker.peak_bytes == 40
     assert meter.bookkeeping_peak == snapshot.nbytes
     del kept
+
+
+def test_refuses_to_run_inside_another_profiler():
+    with torch.profiler.profile(), pytest.raises(RematError, match="profiler is already running"):
+        with AllocatorMeter("cpu"):
+            pass

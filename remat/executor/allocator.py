@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import torch
 
 from remat.executor.memory import UNTRACKED_SCOPE, CudaMeter, StorageTracker, profiler_scope
+from remat.schedules import RematError
 
 _MARK = "remat.mark."
 
@@ -125,6 +126,8 @@ class AllocatorMeter(_Phased):
     def __enter__(self) -> AllocatorMeter:
         self._labels, self.phases, self.bookkeeping_peak = [""], (), 0
         if self.device.type == "cpu":
+            if torch.autograd.profiler._is_profiler_enabled:  # one profiler session per process
+                raise RematError("a torch profiler is already running; measure CPU memory outside it")
             # kineto prints a "profiler_start/stop" line per session unless its log level is above 5;
             # it reads the variable when the profiler first starts. A user's own setting wins.
             os.environ.setdefault("KINETO_LOG_LEVEL", "6")
