@@ -12,6 +12,9 @@ on CUDA), which a live-tensor tracker (:class:`~remat.executor.memory.StorageTra
   so a free is counted only for a block allocated inside the block: memory that existed before
   (parameters, their gradients, the input) is outside the count, exactly as for the tracker.
   Readings are available once the block has ended (the profiler's events are read at exit).
+  Allocations inside :func:`~remat.executor.memory.untracked` (remat's own bookkeeping: RNG
+  snapshots, buffer copies) are set apart in ``bookkeeping_peak``, as the tracker leaves them out.
+  It cannot run inside another profiler session (it would end that one) and says so.
 * **CUDA**: ``torch.cuda.memory_allocated`` / ``max_memory_allocated`` (the caching allocator
   rounds every block up to 512 bytes), read at every :meth:`AllocatorMeter.mark`.
 * **meta**: nothing is allocated; the meter counts meta storages with the tracker (exact sizes).
