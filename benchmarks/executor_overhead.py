@@ -7,6 +7,8 @@ gradients excluded) and its step time. Then remat solves the ``optimal`` schedul
 peak as its budget, replays it with RematChain, and measures the same two numbers. Times are the
 fastest of interleaved steps (remat and checkpoint_sequential alternate, so machine noise hits both
 alike; load only ever adds time). Ratios are checkpoint_sequential time / remat time in the same run.
+The allocator meter counts checkpoint_sequential's RNG snapshots (5,056 bytes per segment) in its
+peak but sets remat's own apart (they are made inside ``untracked()``): a few KiB in remat's favour.
 
     python benchmarks/executor_overhead.py [--model cnn|mlp|transformer] [--steps 7] [--device cpu]
 
