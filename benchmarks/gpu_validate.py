@@ -2,15 +2,18 @@
 
 Chains: for each model, profile it (remat.executor.profiler), solve the ``optimal`` schedule at
 100%, 60% and 35% of the store-all peak (or the smallest feasible budget, if lower ones are
-infeasible), replay each with RematChain for a few training steps and measure (CUDA: the
-allocator's max_memory_allocated relative to the memory before the step; CPU: remat's
-StorageTracker).
+infeasible), replay each with RematChain for a few training steps and measure. The prediction is
+judged against the allocator (remat.executor.allocator.AllocatorMeter; CUDA: max_memory_allocated
+relative to the memory before the step, read around every op; CPU: the c10 allocator's running
+total from torch.profiler memory events); the live-tensor tracker's peak is printed beside it
+("tensors": what a tensor count sees, without kernel workspaces). ``resnet18`` is torchvision's
+ResNet-18 layout, whose convolutions allocate workspaces inside the kernels.
 
 Graphs: for each model, its forward+backward graph (remat.executor.graph_profile, times and
 transients measured on the device), then ``store-all`` at 100% and ``chen-greedy``,
 ``lp-rounding`` and ``ilp`` (time-limited, warm-started) at 70% and 50% of the store-all peak
 (a strategy that cannot meet a budget is reported and skipped), each replayed with GraphReplay
-and measured the same way.
+and measured by remat.executor.graph_replay (its own meter: see there).
 
 Sized to finish in well under 8 minutes on one H100/H200; ``--device cpu`` uses small sizes.
 
@@ -44,6 +47,7 @@ from remat.executor.measure import compare  # noqa: E402
 from remat.executor.profiler import profile_chain  # noqa: E402
 from remat.executor.replay import RematChain  # noqa: E402
 from remat.executor.zoo import small  # noqa: E402
+from remat.executor.zoo.resnet18 import resnet18  # noqa: E402
 from remat.schedules import InfeasibleBudgetError, format_size, simulate  # noqa: E402
 from remat.solver import solve  # noqa: E402
 
@@ -62,6 +66,8 @@ SIZES = {
         "small": (dict(in_features=32, dim=32, depth=4, heads=4, dropout=0.1), (4, 16, 32)),
     },
 }
+SIZES["resnet18"] = {"large": ({}, (64, 3, 224, 224)), "small": ({}, (8, 3, 96, 96))}
+FACTORIES = {"cnn": small.cnn, "mlp": small.mlp, "transformer": small.transformer, "resnet18": resnet18}
 FRACTIONS = (1.0, 0.6, 0.35)
 GRAPH_RUNS = (("store-all", 1.0), *((s, f) for f in (0.7, 0.5) for s in ("chen-greedy", "lp-rounding", "ilp")))
 
@@ -90,7 +96,7 @@ def run_graph(name: str, size: str, device: torch.device, args: argparse.Namespa
     """Graph schedules of one model: profile its graph, solve, replay, measure (see the docstring)."""
     kwargs, shape = SIZES[name][size]
     torch.manual_seed(0)
-    model = getattr(small, name)(**kwargs).to(device).train()
+    model = FACTORIES[name](**kwargs).to(device).train()
     x = torch.randn(*shape, device=device)
     profile = profile_graph(model, example_inputs=x, device=device, time_source="measured", repeats=3)
     store_all_peak = solve(profile, 2**62, "store-all").predicted.peak_memory
@@ -133,7 +139,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--size", choices=("large", "small"), help="default: large on CUDA, small on CPU")
     parser.add_argument("--steps", type=int, default=5, help="measured steps per schedule")
-    parser.add_argument("--models", default="cnn,mlp,transformer")
+    parser.add_argument("--models", default="cnn,mlp,transformer,resnet18")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     parser.add_argument("--graph-models", default="cnn,transformer", help="graph replay models ('' for none)")
     parser.add_argument("--ilp-time-limit", type=float, default=10.0, help="seconds per ILP / LP solve (graphs)")
@@ -149,13 +155,13 @@ def main() -> None:
     started = time.perf_counter()
     rows = []
     print(f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}), sizes {size}")
-    header = ("model", "budget", "pred peak", "meas peak", "err", "pred ms", "meas ms", "err")
-    widths = (-12, 8, 11, 11, 7, 9, 9, 7)
+    header = ("model", "budget", "pred peak", "meas peak", "err", "pred ms", "meas ms", "err", "tensors")
+    widths = (-12, 8, 11, 11, 7, 9, 9, 7, 11)
     print(" ".join(f"{h:<{-w}}" if w < 0 else f"{h:>{w}}" for h, w in zip(header, widths, strict=True)))
     for name in args.models.split(","):
         kwargs, shape = SIZES[name][size]
         torch.manual_seed(0)
-        model = getattr(small, name)(**kwargs).to(device).train()
+        model = FACTORIES[name](**kwargs).to(device).train()
         chain = as_chain(model)
         x = torch.randn(*shape, device=device)
         profile = profile_chain(chain, x, name=f"{name}-{size}-{device.type}", repeats=5, warmup=2)
@@ -178,7 +184,8 @@ def main() -> None:
             print(
                 f"{name:<12} {fraction:>7.0%} {format_size(report.predicted_peak):>11} "
                 f"{format_size(report.measured_peak):>11} {100 * report.peak_error:>+6.2f}% "
-                f"{report.predicted_ms:>9.2f} {report.measured_ms:>9.2f} {100 * report.time_error:>+6.1f}%"
+                f"{report.predicted_ms:>9.2f} {report.measured_ms:>9.2f} {100 * report.time_error:>+6.1f}% "
+                f"{format_size(report.measured_tensor_peak):>11}"
             )
             del wrapped
         del model, chain, x
@@ -193,8 +200,11 @@ def main() -> None:
         if device.type == "cuda":
             torch.cuda.empty_cache()
     elapsed = time.perf_counter() - started
-    worst = max(abs(r["peak_memory"]["error"]) for r in rows)
-    print(f"worst peak-memory error {100 * worst:.2f}%; total {elapsed:.0f} s")
+    for kind in ("chain", "graph"):
+        errors = [abs(r["peak_memory"]["error"]) for r in rows if r["kind"] == kind]
+        if errors:
+            print(f"worst {kind} peak-memory error {100 * max(errors):.2f}%")
+    print(f"total {elapsed:.0f} s")
     result = {
         "benchmark": "gpu_validate",
         "device": str(device),

@@ -10,7 +10,7 @@ import argparse
 import contextlib
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from remat.cli_args import (
     TIME_LIMIT_HELP,
@@ -371,7 +371,20 @@ def _cmd_execute(args: argparse.Namespace) -> int:
         print("no --profile given: profiling the model for the prediction")
         profile = profile_chain(chain, x, repeats=5, progress=True)
     report = compare(profile, schedule, wrapped, x, steps=args.steps)
+    _note_threads(profile)
     return _print_report(report, args)
+
+
+def _note_threads(profile) -> None:
+    import torch
+
+    threads = profile.metadata.get("threads")
+    if threads is not None and profile.metadata.get("device_type") == "cpu" and threads != torch.get_num_threads():
+        print(
+            f"note: the profile was timed with {threads} threads, this run uses {torch.get_num_threads()} "
+            "(--threads): step times are not comparable",
+            file=sys.stderr,
+        )
 
 
 def _print_report(report, args: argparse.Namespace) -> int:
@@ -423,6 +436,29 @@ def _add_model_args(command: argparse.ArgumentParser) -> None:
     command.add_argument("--input-shape", required=True, help="input shape, e.g. 32,3,224,224 (first is the batch)")
     command.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     command.add_argument("--dtype", default="float32", help="float32 (default), float16, bfloat16, float64")
+    command.add_argument(
+        "--threads", type=integer_at_least(1), help="CPU threads for torch (torch.set_num_threads; default: torch's own choice)"
+    )
+
+
+def _with_threads(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Run ``command`` with ``--threads`` torch threads, restoring the previous count afterwards."""
+
+    def run(args: argparse.Namespace) -> int:
+        if args.threads is None:
+            return command(args)
+        if args.threads < 1:
+            raise RematError("--threads: must be at least 1")
+        import torch
+
+        before = torch.get_num_threads()
+        torch.set_num_threads(args.threads)
+        try:
+            return command(args)
+        finally:
+            torch.set_num_threads(before)
+
+    return run
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -520,7 +556,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(profile_cmd)
     profile_cmd.add_argument("--graph", action="store_true", help="write a graph profile (op-level DAG) instead")
     profile_cmd.add_argument(
-        "--repeats", type=integer_at_least(1), default=5, help="timed runs per stage (median; default 5)"
+        "--repeats", type=integer_at_least(1), default=5, help="timed runs per stage (fastest; default 5)"
     )
     profile_cmd.add_argument(
         "--time-source",
@@ -530,7 +566,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     profile_cmd.add_argument("--name", help="profile name (default: factory-bBATCH-device)")
     profile_cmd.add_argument("-o", "--output", type=output_file, required=True, help="write the profile JSON here")
-    profile_cmd.set_defaults(func=_cmd_profile)
+    profile_cmd.set_defaults(func=_with_threads(_cmd_profile))
 
     execute_cmd = sub.add_parser(
         "execute",
@@ -547,7 +583,7 @@ def build_parser() -> argparse.ArgumentParser:
     execute_cmd.add_argument(
         "--plot", type=plot_file, help="draw predicted and measured memory per op (MiB) into this PNG"
     )
-    execute_cmd.set_defaults(func=_cmd_execute)
+    execute_cmd.set_defaults(func=_with_threads(_cmd_execute))
     return parser
 
 

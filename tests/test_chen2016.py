@@ -21,6 +21,7 @@ from remat.solver.optimal import minimum_budget
 from remat.solver.store_all import store_all_peak
 
 SIZE_FIELDS = ("output_size", "saved_size", "forward_overhead", "backward_overhead", "param_size")
+TRANSIENT_FIELDS = ("forward_overhead", "forward_nograd_overhead", "backward_overhead")
 
 
 @pytest.mark.parametrize("depth", [14, 26, 50, 101, 152, 200, 302, 1001])
@@ -54,7 +55,9 @@ def _pair(blocks=(1, 2, 1, 1)):
 
 
 def test_meta_profile_sizes_equal_cpu_profile():
-    """Every size field of every stage is the same measured on meta tensors as on a real CPU run."""
+    """Every tensor size of every stage is the same measured on meta tensors as on a real CPU run;
+    the CPU allocator also sees what kernels allocate inside themselves (oneDNN's reordered
+    convolution weights, megabytes for the wide layers), so CPU transients are at least meta's."""
     cpu_model, meta_model = _pair()
     shape = (2, 3, 64, 64)
     cpu = profile_chain(cpu_model, torch.randn(shape), repeats=1, warmup=0)
@@ -62,8 +65,9 @@ def test_meta_profile_sizes_equal_cpu_profile():
     assert cpu.input_size == meta.input_size
     assert [s.name for s in cpu.stages] == [s.name for s in meta.stages]
     for a, b in zip(cpu.stages, meta.stages, strict=True):
-        for name in SIZE_FIELDS:
-            assert getattr(a, name) == getattr(b, name), (
+        for name in (*SIZE_FIELDS, "forward_nograd_overhead"):
+            relation = (lambda c, m: c >= m) if name in TRANSIENT_FIELDS else (lambda c, m: c == m)
+            assert relation(getattr(a, name), getattr(b, name)), (
                 f"{a.name}.{name}: cpu {getattr(a, name)}, meta {getattr(b, name)}"
             )
     assert all(s.forward_ms == 0 and s.backward_ms == 0 for s in meta.stages)  # nothing is timed on meta

@@ -70,7 +70,9 @@ def test_profile_solve_execute(tmp_path, capsys):
     assert "peak activation memory" in out and "step time" in out
     report = json.loads(report_path.read_text())
     peak = report["peak_memory"]
-    assert abs(peak["measured"] - peak["predicted"]) <= 0.05 * peak["predicted"]
+    assert abs(peak["live_tensors"] - peak["predicted"]) <= 0.05 * peak["predicted"]
+    assert abs(peak["measured"] - peak["predicted"]) <= 0.05 * peak["predicted"]  # judged by the allocator
+    assert peak["bookkeeping"] > 0  # the replay's RNG snapshots: seen by the allocator, reported apart
     assert len(report["timeline"]) == 14
     assert plot_path.stat().st_size > 0
 

@@ -1,5 +1,6 @@
 """Replaying chain schedules on real models: same gradients, same BatchNorm statistics, same RNG,
-and measured peak activation memory within 5% of the simulator's prediction."""
+and the allocator's measured peak activation memory within 5% of the simulator's prediction (the
+live-tensor tracker sees a subset of it)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,10 @@ def setups():
         profile = profile_chain(model, x, repeats=1, warmup=0)
         result[name] = (model, x, profile)
     return result
+
+
+def _close(measured: int, predicted: int) -> bool:
+    return abs(measured - predicted) <= 0.05 * predicted
 
 
 def _schedules(profile):
@@ -99,8 +104,9 @@ def test_replay_equals_plain_training_and_prediction(name, setups):
         for (bname, b), c in zip(plain.named_buffers(), remat_model.buffers(), strict=True):
             assert torch.equal(b, c), f"{label}: buffer {bname} differs from one plain step's"
         predicted = schedule.predicted.peak_memory
-        assert abs(measured.peak_memory - predicted) <= 0.05 * predicted, (
-            f"{name} {label}: predicted {predicted} bytes, measured {measured.peak_memory}"
+        assert measured.tensor_peak <= measured.peak_memory  # the tracker sees a subset of the allocations
+        assert _close(measured.peak_memory, predicted), (
+            f"{name} {label}: predicted {predicted} bytes, allocator measured {measured.peak_memory}"
         )
 
 
@@ -109,7 +115,9 @@ def test_report_compares_prediction_and_measurement(setups):
     schedule = make_schedule(profile, 2**62, "hand", chain_ops.mixed(profile.length))
     report = compare(profile, schedule, RematChain(copy.deepcopy(model), schedule, profile), x, steps=1)
     assert report.predicted_peak == schedule.predicted.peak_memory
-    assert abs(report.peak_error) <= 0.05
+    assert report.measured_tensor_peak <= report.measured_peak
+    assert _close(report.measured_peak, report.predicted_peak)
+    assert report.bookkeeping_peak > 0  # the replay's RNG snapshots, seen by the allocator and set apart
     assert report.measured_ms > 0 and len(report.measured_timeline) == len(schedule.ops)
     data = report.to_dict()
     assert data["peak_memory"]["measured"] == report.measured_peak
@@ -198,10 +206,13 @@ def test_measured_timeline_tracks_the_simulator(setups):
     schedule = make_schedule(profile, 2**62, "hand", ops)
     measurement = measure_steps(RematChain(copy.deepcopy(model), schedule, profile), x, steps=1)
     predicted = simulate(profile, ops).timeline
-    assert len(measurement.timeline) == len(predicted)
-    for sim, real in zip(predicted, measurement.timeline, strict=True):
+    assert len(measurement.timeline) == len(measurement.tensor_timeline) == len(predicted)
+    for sim, real, alloc in zip(predicted, measurement.tensor_timeline, measurement.timeline, strict=True):
         # memory after every op agrees to within the loss scalars the step keeps (a few bytes)
         assert abs(real.memory_after - sim.memory_after) <= 64, (sim, real)
+        # the allocator sees the same (an MLP has no kernel-internal buffers left after an op)
+        assert alloc.memory_after == real.memory_after, (real, alloc)
+        assert alloc.peak >= real.peak
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -230,4 +241,5 @@ def test_random_checkpoint_sets_replay_exactly(setups, bounds, record_first):
     )
     for p, q in zip(plain.parameters(), remat_model.parameters(), strict=True):
         assert torch.equal(p.grad, q.grad)
-    assert abs(measured.peak_memory - schedule.predicted.peak_memory) <= 0.05 * schedule.predicted.peak_memory
+    assert measured.tensor_peak <= measured.peak_memory
+    assert _close(measured.peak_memory, schedule.predicted.peak_memory)

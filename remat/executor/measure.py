@@ -1,27 +1,35 @@
 """Run training steps of a :class:`RematChain` and compare them with the simulator's prediction.
 
-Measured peak activation memory uses the simulator's accounting (DESIGN.md): live bytes of
-everything the step allocates (CUDA allocator, or :class:`~remat.executor.memory.StorageTracker`
-on CPU) plus the input a[0]; parameters, their (pre-allocated) gradients and optimizer state are
-outside it. The step is ``loss = (wrapped(x) * r).sum(); loss.backward()`` with a fixed random
-``r``: its product is freed before the backward, and autograd hands the Function a full-size
-output gradient g[n], as the chain model assumes.
+Measured peak activation memory uses the simulator's accounting (docs/model.md): bytes of everything
+the step allocates plus the input a[0]; parameters, their (pre-allocated) gradients and optimizer
+state are outside it. Two readings (docs/executor.md, "Measurement"):
+
+* the **allocator's** peak (:class:`~remat.executor.allocator.AllocatorMeter`: the c10 CPU
+  allocator, or CUDA's ``max_memory_allocated``), which includes what kernels allocate inside
+  themselves; it is "measured", and the prediction is judged against it;
+* the **live-tensor** peak (:class:`~remat.executor.memory.StorageTracker` on CPU/meta; on CUDA the
+  allocator again), which explains where the memory went but misses kernel-internal buffers.
+
+The step is ``loss = (wrapped(x) * r).sum(); loss.backward()`` with a fixed random ``r``: its
+product is freed before the backward, and autograd hands the Function a full-size output gradient
+g[n], as the chain model assumes.
 
 Units: bytes and milliseconds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from remat.executor.memory import allocation_size, memory_meter, untracked
+from remat.executor.allocator import AllocatorMeter, LivePhases, tensor_meter
+from remat.executor.memory import allocation_size, untracked
 from remat.executor.replay import RematChain
 from remat.schedules import ChainProfile, Schedule, simulate
 
@@ -40,13 +48,23 @@ class OpMeasurement:
 
 @dataclass(frozen=True)
 class Measurement:
-    """What the steps used: ``peak_memory`` bytes (max over steps), ``step_ms`` median milliseconds."""
+    """What the steps used (bytes, simulator accounting; milliseconds).
+
+    ``peak_memory``: the allocator's peak (max over steps); ``tensor_peak``: the live-tensor tracker's
+    peak (max over steps; None if not measured); ``step_ms``: the fastest step; ``timeline`` / ``tensor_timeline``:
+    the allocator's / the tracker's readings around each op of the step with the largest peak;
+    ``bookkeeping_peak``: the most bytes the replay's own bookkeeping (RNG snapshots, made inside
+    ``untracked()``) held at once, which the allocator saw and the two peaks leave out (CPU).
+    """
 
     peak_memory: int
     step_ms: float
     steps: int
     device: str
     timeline: tuple[OpMeasurement, ...] = ()
+    tensor_peak: int | None = None
+    tensor_timeline: tuple[OpMeasurement, ...] = ()
+    bookkeeping_peak: int = 0
 
 
 def prepare_grads(module: torch.nn.Module) -> None:
@@ -111,10 +129,13 @@ def measure_steps(
 ) -> Measurement:
     """Run ``warmup`` + ``steps`` training steps (forward + backward, no optimizer) and measure them.
 
-    Memory is measured on every step (the largest peak is reported); time is the median of the
-    steps, each measured in a separate, unmetered run so the CPU tracker's bookkeeping is not timed
-    (``timed=False`` skips them: ``step_ms`` is then NaN). ``weight`` is the loss weight ``r``
-    (default: random, drawn after the first forward). ``warmup=0`` measures the very first step.
+    Every step is metered by the allocator and, inside it, by the live-tensor tracker (which
+    allocates nothing through the allocator, so it does not disturb the first reading); the
+    largest peaks are reported, with the per-op timelines of the step with the largest allocator
+    peak if ``timeline``. Time is the fastest of ``steps`` separate, unmetered runs, so no meter's
+    bookkeeping is timed (``timed=False`` skips them: ``step_ms`` is then NaN). ``weight`` is the
+    loss weight ``r`` (default: random, drawn after the first forward). ``warmup=0`` measures the
+    very first step.
     """
     device = x.device
     wrapped.train()
@@ -125,50 +146,61 @@ def measure_steps(
         prepare_grads(wrapped)
         step()
 
-    peak = 0
+    peak, tensor_peak, bookkeeping, records, tensor_records = -1, 0, 0, (), ()
     for _ in range(max(1, steps)):
         prepare_grads(wrapped)
         sync(device)
-        with memory_meter(device) as meter:
+        meters = (AllocatorMeter(device), tensor_meter(device))
+        ops: dict[str, tuple[int, str, int]] = {}
+        with meters[0], meters[1], _observed(wrapped, _marking_observer(meters, ops) if timeline else None):
             step()
-            peak = max(peak, meter.peak_bytes)
-
+        tensor_peak = max(tensor_peak, meters[1].peak_bytes)
+        bookkeeping = max(bookkeeping, meters[0].bookkeeping_peak)
+        if meters[0].peak_bytes > peak:
+            peak = meters[0].peak_bytes
+            records, tensor_records = (_op_records(m, ops, input_bytes) for m in meters)
     times = time_steps(wrapped, step, device, max(1, steps) if timed else 0)
-
-    records: list[OpMeasurement] = []
-    if timeline:
-        prepare_grads(wrapped)
-        sync(device)
-        with memory_meter(device) as meter:
-            current: dict[str, int] = {}
-
-            def observer(position: int, op: str, index: int, when: str) -> None:
-                if when == "before":
-                    current["before"] = meter.current_bytes
-                    meter.reset_peak()
-                else:
-                    records.append(
-                        OpMeasurement(
-                            position,
-                            op,
-                            index,
-                            current["before"] + input_bytes,
-                            meter.peak_bytes + input_bytes,
-                            meter.current_bytes + input_bytes,
-                        )
-                    )
-
-            wrapped.observer = observer
-            try:
-                step()
-            finally:
-                wrapped.observer = None
     return Measurement(
         peak_memory=peak + input_bytes,
-        step_ms=float(statistics.median(times)) if times else math.nan,
+        step_ms=float(min(times)) if times else math.nan,
         steps=steps,
         device=str(device),
-        timeline=tuple(records),
+        timeline=records,
+        tensor_peak=tensor_peak + input_bytes,
+        tensor_timeline=tensor_records,
+        bookkeeping_peak=bookkeeping,
+    )
+
+
+def _marking_observer(meters: Sequence[AllocatorMeter | LivePhases], ops: dict[str, tuple[int, str, int]]) -> Callable:
+    """A replay observer that starts a meter phase at each op's start and end (see RematChain.observer)."""
+
+    def observer(position: int, op: str, index: int, when: str) -> None:
+        label = f"op {position}" if when == "before" else "between ops"
+        if when == "before":
+            ops[label] = (position, op, index)
+        for meter in meters:
+            meter.mark(label)
+
+    return observer
+
+
+@contextlib.contextmanager
+def _observed(wrapped: torch.nn.Module, observer: Callable | None) -> Iterator[None]:
+    wrapped.observer = observer
+    try:
+        yield
+    finally:
+        wrapped.observer = None
+
+
+def _op_records(
+    meter: AllocatorMeter | LivePhases, ops: dict[str, tuple[int, str, int]], input_bytes: int
+) -> tuple[OpMeasurement, ...]:
+    return tuple(
+        OpMeasurement(*ops[p.label], p.start + input_bytes, p.peak + input_bytes, p.end + input_bytes)
+        for p in meter.phases
+        if p.label in ops
     )
 
 
@@ -180,7 +212,12 @@ def _relative(measured: float, predicted: float) -> float:
 
 @dataclass(frozen=True)
 class Report:
-    """Predicted (simulator) next to measured, for one schedule on one model."""
+    """Predicted (simulator) next to measured, for one schedule on one model.
+
+    ``measured_peak`` is the allocator's peak (what the prediction is judged against);
+    ``measured_tensor_peak`` the live-tensor tracker's, when measured; ``bookkeeping_peak`` what
+    the replay's own bookkeeping (RNG snapshots) held at most, left out of both (bytes).
+    """
 
     strategy: str
     budget: int
@@ -193,6 +230,8 @@ class Report:
     predicted_timeline: tuple[tuple[int, int, int], ...] = ()
     measured_timeline: tuple[OpMeasurement, ...] = ()
     metadata: dict[str, Any] = field(default_factory=dict)
+    measured_tensor_peak: int | None = None
+    bookkeeping_peak: int = 0
 
     @property
     def peak_error(self) -> float:
@@ -210,7 +249,14 @@ class Report:
             "budget": self.budget,
             "device": self.device,
             "steps": self.steps,
-            "peak_memory": {"predicted": self.predicted_peak, "measured": self.measured_peak, "error": self.peak_error},
+            "peak_memory": {
+                "predicted": self.predicted_peak,
+                "measured": self.measured_peak,
+                "error": self.peak_error,
+                "measured_by": "allocator",
+                "live_tensors": self.measured_tensor_peak,
+                "bookkeeping": self.bookkeeping_peak,
+            },
             "step_ms": {"predicted": self.predicted_ms, "measured": self.measured_ms, "error": self.time_error},
             "timeline": [
                 {
@@ -238,6 +284,7 @@ class Report:
                 f"{100 * self.peak_error:+.2f}%",
             ),
             ("  (bytes)", str(self.predicted_peak), str(self.measured_peak), ""),
+            *self._tensor_rows(),
             (
                 "step time",
                 f"{self.predicted_ms:.3f} ms",
@@ -248,13 +295,30 @@ class Report:
         widths = [max(len(r[c]) for r in rows) for c in range(4)]
         lines = [f"strategy {self.strategy}, budget {format_size(self.budget)}, {self.device}, {self.steps} steps"]
         lines += ["  ".join(cell.ljust(widths[c]) for c, cell in enumerate(row)).rstrip() for row in rows]
+        lines.append("measured: the allocator's peak, kernel buffers included; live tensors: a tensor count")
         return "\n".join(lines)
+
+    def _tensor_rows(self) -> list[tuple[str, str, str, str]]:
+        from remat.schedules import format_size
+
+        if self.measured_tensor_peak is None:
+            return []
+        error = _relative(self.measured_tensor_peak, self.predicted_peak)
+        rows = [("  live tensors", "", format_size(self.measured_tensor_peak), f"({100 * error:+.2f}%)")]
+        if self.bookkeeping_peak:
+            rows.append(("  remat bookkeeping", "", format_size(self.bookkeeping_peak), "(not counted)"))
+        return rows
 
 
 def compare(
     profile: ChainProfile, schedule: Schedule, wrapped: RematChain, x: torch.Tensor, steps: int = 3, warmup: int = 1
 ) -> Report:
-    """Measure ``steps`` steps of ``wrapped`` on ``x`` and put them next to the simulator's prediction."""
+    """Measure ``steps`` steps of ``wrapped`` on ``x`` and put them next to the simulator's prediction.
+
+    A profile measured on another model or input is refused (:func:`check_profile_matches`)."""
+    from remat.executor.profiler import check_profile_matches
+
+    check_profile_matches(profile, getattr(wrapped, "chain", wrapped), x)
     predicted = simulate(profile, schedule.ops, timeline=True)
     measured = measure_steps(wrapped, x, steps=steps, warmup=warmup)
     return Report(
@@ -268,7 +332,9 @@ def compare(
         device=measured.device,
         predicted_timeline=tuple((r.memory_before, r.peak, r.memory_after) for r in predicted.timeline),
         measured_timeline=measured.timeline,
-        metadata={"profile": profile.name, "torch": torch.__version__},
+        metadata={"profile": profile.name, "torch": torch.__version__, "threads": torch.get_num_threads()},
+        measured_tensor_peak=measured.tensor_peak,
+        bookkeeping_peak=measured.bookkeeping_peak,
     )
 
 

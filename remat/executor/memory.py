@@ -258,12 +258,25 @@ def active_trackers() -> tuple[StorageTracker, ...]:
     return tuple(_ACTIVE)
 
 
+UNTRACKED_SCOPE = "remat.untracked"
+
+
+def profiler_scope(name: str) -> contextlib.AbstractContextManager:
+    """A named profiler scope (a no-op when no profiler runs). The C++ fast path, not
+    ``record_function``: that one is an aten op, which an active ``TorchDispatchMode`` (the
+    tracker) intercepts, and the profiler then no longer nests allocations inside the scope."""
+    return torch._C._profiler._RecordFunctionFast(name)
+
+
 @contextlib.contextmanager
 def untracked() -> Iterator[None]:
-    """Tensors created in this block are counted by no active tracker (for bookkeeping copies)."""
+    """Tensors created in this block are remat's own bookkeeping (RNG snapshots, buffer copies):
+    counted by no active tracker, and set apart by :class:`~remat.executor.allocator.AllocatorMeter`
+    (the profiler scope named ``UNTRACKED_SCOPE`` marks them)."""
     with contextlib.ExitStack() as stack:
         for tracker in list(_ACTIVE):
             stack.enter_context(tracker.paused())
+        stack.enter_context(profiler_scope(UNTRACKED_SCOPE))
         yield
 
 
@@ -285,12 +298,14 @@ def storage_bytes(*tensors: torch.Tensor) -> int:
 
 
 __all__ = [
+    "UNTRACKED_SCOPE",
     "CudaMeter",
     "MemoryEvent",
     "StorageTracker",
     "allocation_size",
     "memory_meter",
     "notify_resized",
+    "profiler_scope",
     "active_trackers",
     "storage_bytes",
     "untracked",

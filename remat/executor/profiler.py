@@ -1,32 +1,35 @@
-"""Measure a model, cut into a chain of stages, into a :class:`ChainProfile` (DESIGN.md format).
+"""Measure a model, cut into a chain of stages, into a :class:`ChainProfile` (docs/formats.md).
 
 Per stage i, on its input a_i (the previous stage's output for the example input):
 
-* ``forward_ms``: median over ``repeats`` forwards (after ``warmup``), the mean of the recording and
-  the non-recording forward; ``backward_ms``: median over ``repeats`` backwards. CUDA events on GPU,
-  ``time.perf_counter`` on CPU. Milliseconds. Stages are timed in sequence, inside whole-chain
-  passes (a store-all step, stage by stage, and a no-grad forward), not each in a loop of its own:
-  a stage timed alone on the same data finds warm caches that a real step does not (on CPU that
-  made the sum of stage times ~30% lower than a plain step).
+* ``forward_ms``: the fastest of ``repeats`` forwards (after ``warmup``), the mean of the recording
+  and the non-recording forward; ``backward_ms``: the fastest of ``repeats`` backwards. CUDA events
+  on GPU, ``time.perf_counter`` on CPU. Milliseconds. The minimum, because load from other
+  processes only adds time. Stages are timed in sequence, inside whole-chain passes (a store-all
+  step, stage by stage, and a no-grad forward), not each in a loop of its own: a stage timed alone
+  on the same data finds warm caches that a real step does not (on CPU that made the sum of stage
+  times ~30% lower than a plain step). The thread count is recorded in the metadata (``threads``).
 * ``output_size``: bytes of a_{i+1}'s storage.
-* ``saved_size``: bytes of the distinct storages autograd saves for the stage's backward
-  (``torch.autograd.graph.saved_tensors_hooks`` sees each one), plus the output's; storages
-  that existed before the forward (the input a_i, parameters, buffers) are not counted, and
-  views of one storage count once.
-* ``forward_overhead``: the live-bytes peak during the forward above what it leaves behind (the
-  larger of the recording and non-recording forwards); ``backward_overhead``: the peak during
-  the backward above (memory before it + the input gradient g_i). Measured with the CUDA
-  allocator on GPU and with :class:`~remat.executor.memory.StorageTracker` on CPU, in the same
-  conditions as the replay: parameter gradients pre-allocated (so their transients are counted),
-  the output and its gradient held through the backward.
+* ``saved_size``: bytes newly held after the recording forward: the distinct storages autograd
+  saves for the stage's backward (``torch.autograd.graph.saved_tensors_hooks`` sees each one) plus
+  the output's, or what the allocator still holds after the forward if that is more; storages that
+  existed before the forward (the input a_i, parameters, buffers) are not counted.
+* ``forward_overhead`` (recording forward, F_all), ``forward_nograd_overhead`` (non-recording
+  forward, F_ck/F_n) and ``backward_overhead``: the allocator's peak during the op above what it
+  leaves behind (for the backward: above the memory before it + the input gradient g_i). Measured
+  with :class:`~remat.executor.allocator.AllocatorMeter` (the c10 CPU allocator, or the CUDA caching
+  allocator), so buffers kernels allocate inside themselves (oneDNN, cuDNN workspaces) are part of
+  the transients, in the same conditions as the replay: parameter gradients pre-allocated (so their
+  transients are counted), the output and its gradient held through the backward.
 * ``param_size``: bytes of the stage's parameters.
 
 The model is left as it was: buffers (BatchNorm running statistics), parameter gradients and the
 RNG state are restored.
 
 **Meta device** (a model and input on ``device="meta"``): autograd runs on meta tensors (shapes,
-no data, no compute), so every size above is measured exactly as on CPU, by
-:class:`~remat.executor.memory.StorageTracker` counting meta storages, for a model of any size in
+no data, no compute), so every tensor size above is measured exactly, by
+:class:`~remat.executor.memory.StorageTracker` counting meta storages (kernel-internal buffers do
+not exist there), for a model of any size in
 seconds. Nothing can be timed there: pass ``stage_times`` (a callable giving each stage's
 estimated ``(forward_ms, backward_ms)``, e.g. :class:`remat.executor.flops.FlopTimeEstimate`);
 without it the times are 0. ``stage_times`` also replaces the timing on real devices.
@@ -35,16 +38,22 @@ without it the times are 0. ``stage_times`` also replaces the timing on real dev
 from __future__ import annotations
 
 import dataclasses
-import statistics
 import time
 from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
 
+from remat.executor.allocator import AllocatorMeter
 from remat.executor.chain import Chain, as_chain
-from remat.executor.memory import allocation_size, memory_meter, untracked
+from remat.executor.memory import allocation_size, untracked
 from remat.schedules import ChainProfile, RematError, Stage
+
+_MEMORY_SOURCE = {
+    "cuda": "cuda allocator (max_memory_allocated)",
+    "cpu": "c10 cpu allocator (torch.profiler memory events)",
+    "meta": "remat StorageTracker (live storages of meta tensors: exact sizes, no data)",
+}
 
 
 def _sync(device: torch.device) -> None:
@@ -55,7 +64,10 @@ def _sync(device: torch.device) -> None:
 def time_ms(
     fn: Callable[[], object], device: torch.device, repeats: int, setup: Callable[[], object] | None = None
 ) -> float:
-    """Median milliseconds of ``fn()`` over ``repeats`` runs (``setup()`` runs untimed before each)."""
+    """Fastest of ``repeats`` runs of ``fn()``, in milliseconds (``setup()`` runs untimed before each).
+
+    The minimum, not the median: load from other processes only ever adds time, so the fastest run
+    is the best estimate of the unloaded cost."""
     samples = []
     for _ in range(max(1, repeats)):
         state = setup() if setup is not None else None
@@ -72,7 +84,7 @@ def time_ms(
             fn() if state is None else fn(state)
             samples.append((time.perf_counter() - begin) * 1000.0)
         del state
-    return float(statistics.median(samples))
+    return float(min(samples))
 
 
 def _storage_key(t: torch.Tensor) -> tuple[int, int]:
@@ -116,6 +128,46 @@ def _leaf(x: torch.Tensor) -> torch.Tensor:
     return leaf
 
 
+def _record_and_backward_memory(
+    forward_record: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+    backward: Callable[[tuple], None],
+    pre_existing: set[int],
+    input_bytes: int,
+    device: torch.device,
+) -> tuple[int, int, int]:
+    """(saved_size, forward_overhead, backward_overhead) in bytes, from one metered recording
+    forward (saved tensors seen by hooks) and its backward."""
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        key, nbytes = _storage_key(t)
+        if key not in pre_existing and t.device.type == device.type:
+            saved[key] = allocation_size(nbytes, device)
+        return t
+
+    with AllocatorMeter(device) as meter:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            leaf, rec_out = forward_record()
+        key, nbytes = _storage_key(rec_out)
+        saved[key] = allocation_size(nbytes, device)
+        meter.mark("output gradient")
+        grad_out = torch.ones_like(rec_out)
+        meter.mark("backward")
+        backward((leaf, rec_out, grad_out))
+        gradient_bytes = input_bytes if leaf.requires_grad else 0
+        del leaf, rec_out, grad_out
+    record, _, back = meter.phases
+    # what stays allocated after the recording forward is what F_all holds (abar); the allocator
+    # may see more than the saved tensors (buffers a kernel keeps for its backward), never less.
+    # The simulator's B adds g_i = a_i's size; with no input gradient (token ids) that is an
+    # over-estimate of input_bytes, which the overhead cannot go below 0 to compensate.
+    return (
+        max(sum(saved.values()), record.end),
+        max(0, record.peak - record.end),
+        max(0, back.peak - back.start - gradient_bytes),
+    )
+
+
 def profile_stage(
     stage: nn.Module, x: torch.Tensor, name: str, repeats: int = 5, warmup: int = 2, timed: bool = True
 ) -> tuple[Stage, torch.Tensor, int]:
@@ -153,49 +205,19 @@ def profile_stage(
         forward_nograd()
         backward(backward_setup())
 
-    # memory: non-recording forward
-    with memory_meter(device) as meter:
+    # memory: non-recording forward, as the allocator sees it (kernel-internal buffers included)
+    with AllocatorMeter(device) as meter:
         out = forward_nograd()
-        peak_nograd = meter.peak_bytes
-        output_size = allocation_size(out.untyped_storage().nbytes(), device)
     if not isinstance(out, torch.Tensor):
         raise RematError(f"stage '{name}': returns a {type(out).__name__}; a chain stage must return one tensor")
     if out.untyped_storage()._cdata in pre_existing:
         raise RematError(f"stage '{name}': its output is a view of its input or a parameter; merge it with a neighbour")
+    output_size = allocation_size(out.untyped_storage().nbytes(), device)
+    nograd_overhead = max(0, meter.peak_bytes - output_size)
 
-    # memory: recording forward (saved tensors seen by hooks) and its backward
-    saved: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        key, nbytes = _storage_key(t)
-        if key not in pre_existing and t.device.type == device.type:
-            saved[key] = allocation_size(nbytes, device)
-        return t
-
-    with memory_meter(device) as meter:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            leaf, rec_out = forward_record()
-        live_after_forward = meter.current_bytes
-        peak_record = meter.peak_bytes
-        key, nbytes = _storage_key(rec_out)
-        saved[key] = allocation_size(nbytes, device)
-        saved_size = sum(saved.values())
-        grad_out = torch.ones_like(rec_out)
-        meter.reset_peak()
-        before_backward = meter.current_bytes
-        backward((leaf, rec_out, grad_out))
-        peak_backward = meter.peak_bytes
-        gradient_bytes = input_bytes if leaf.requires_grad else 0
-        del leaf, rec_out, grad_out
-
-    # One forward_overhead serves F_ck/F_n (no recording) and F_all in the chain model. The recording
-    # forward's transient is used: F_all adds the large saved_size, so its peak is the one that sets
-    # a schedule's peak; the non-recording transient is kept in the metadata (forward_overheads_nograd).
-    forward_overhead = max(0, peak_record - live_after_forward)
-    nograd_overhead = max(0, peak_nograd - output_size)
-    backward_overhead = max(0, peak_backward - before_backward - gradient_bytes)
-    # the simulator's B adds g_i = a_i's size; with no input gradient (token ids) that is an
-    # over-estimate of input_bytes, which the overhead cannot go below 0 to compensate
+    saved_size, forward_overhead, backward_overhead = _record_and_backward_memory(
+        forward_record, backward, pre_existing, input_bytes, device
+    )
 
     forward_ms = backward_ms = 0.0  # timed by time_chain, in sequence
     if timed:
@@ -210,6 +232,7 @@ def profile_stage(
         output_size=output_size,
         saved_size=max(saved_size, output_size),
         forward_overhead=int(forward_overhead),
+        forward_nograd_overhead=int(nograd_overhead),
         backward_overhead=int(backward_overhead),
         param_size=int(param_size),
     )
@@ -250,11 +273,11 @@ class _Timer:
 
 
 def time_chain(chain: Chain, x: torch.Tensor, repeats: int) -> tuple[list[float], list[float]]:
-    """Per-stage (forward_ms, backward_ms): medians over ``repeats`` whole-chain passes.
+    """Per-stage (forward_ms, backward_ms): minimum over ``repeats`` whole-chain passes (see :func:`time_ms`).
 
     Each pass runs a no-grad forward through all stages, then a recording forward through all
     stages and the backwards n-1 .. 0 (a store-all step), timing every stage where it runs.
-    forward_ms is the mean of the no-grad and recording medians.
+    forward_ms is the mean of the no-grad and recording minima.
     """
     device = x.device
     n = len(chain)
@@ -291,8 +314,8 @@ def time_chain(chain: Chain, x: torch.Tensor, repeats: int) -> tuple[list[float]
             grad = leaf.grad if leaf.requires_grad else None
             del leaf, out
         timer.collect(backward)
-    forward_ms = [0.5 * (statistics.median(a) + statistics.median(b)) for a, b in zip(nograd, record, strict=True)]
-    return forward_ms, [float(statistics.median(b)) for b in backward]
+    forward_ms = [0.5 * (min(a) + min(b)) for a, b in zip(nograd, record, strict=True)]
+    return forward_ms, [float(min(b)) for b in backward]
 
 
 def profile_chain(
@@ -327,7 +350,6 @@ def profile_chain(
                 out.backward(torch.ones_like(out))
             del out
         stages = []
-        nograd_overheads = []
         iterator = range(len(chain))
         if progress:
             from tqdm import tqdm
@@ -337,11 +359,10 @@ def profile_chain(
             if stage_times is not None:
                 fwd, bwd = stage_times(i, chain.names[i], chain.stages[i], x)
                 estimated.append((float(fwd), float(bwd)))
-            record, x, nograd = profile_stage(
+            record, x, _ = profile_stage(
                 chain.stages[i], x, chain.names[i], repeats=repeats, warmup=0 if meta else warmup, timed=False
             )
             stages.append(record)
-            nograd_overheads.append(nograd)
         if stage_times is not None:
             forward_ms = [f for f, _ in estimated]
             backward_ms = [b for _, b in estimated]
@@ -362,7 +383,7 @@ def profile_chain(
     elif meta:
         timing = "none (meta device: nothing is computed; all times 0)"
     else:
-        timing = ("cuda events" if device.type == "cuda" else "perf_counter") + ", median, stages timed in sequence"
+        timing = ("cuda events" if device.type == "cuda" else "perf_counter") + ", minimum, stages timed in sequence"
     if device.type == "cuda":
         device_name = torch.cuda.get_device_name(device)
     elif meta:
@@ -378,10 +399,8 @@ def profile_chain(
         "torch": torch.__version__,
         "timing": timing,
         "repeats": repeats,
-        "memory": "cuda allocator"
-        if device.type == "cuda"
-        else "remat StorageTracker (live storages" + (" of meta tensors: exact sizes, no data)" if meta else ")"),
-        "forward_overheads_nograd": nograd_overheads,
+        "threads": torch.get_num_threads(),
+        "memory": _MEMORY_SOURCE.get(device.type, _MEMORY_SOURCE["cpu"]),
     }
     return ChainProfile(
         name=label,
@@ -391,4 +410,48 @@ def profile_chain(
     )
 
 
-__all__ = ["profile_chain", "profile_stage", "time_chain", "time_ms"]
+def check_profile_matches(profile: ChainProfile, model: nn.Module | Chain, x: torch.Tensor) -> None:
+    """Refuse, with a one-line :class:`RematError`, a profile measured on another model or input.
+
+    Checked: the stage count, the input's shape, dtype and device type (from the metadata
+    :func:`profile_chain` records; absent keys are not checked), the input's bytes, and every
+    stage's output bytes on ``x`` (one no-grad forward; buffers and RNG are restored).
+    """
+    chain = as_chain(model)
+    meta = profile.metadata
+    where = f"profile '{profile.name}'"
+    if profile.length != len(chain):
+        raise RematError(f"{where} has {profile.length} stages, but the model has {len(chain)}")
+    shape, dtype = meta.get("input_shape"), meta.get("dtype")
+    if shape is not None and [int(d) for d in shape] != list(x.shape):
+        raise RematError(
+            f"{where} was measured on an input of shape {_shape(shape)}, not {_shape(x.shape)}: "
+            "profile the model on this input"
+        )
+    if dtype is not None and str(dtype) != str(x.dtype).replace("torch.", ""):
+        raise RematError(f"{where} was measured on {dtype} inputs, not {str(x.dtype).replace('torch.', '')}")
+    if meta.get("device_type", x.device.type) != x.device.type:
+        raise RematError(f"{where} was measured on {meta['device_type']}, not {x.device.type}: profile it there")
+    if profile.input_size != allocation_size(x.untyped_storage().nbytes(), x.device):
+        raise RematError(f"{where}: input_size {profile.input_size} bytes does not match this input")
+    state = _ModelState(chain, x.device)
+    try:
+        with torch.no_grad(), untracked():
+            a = x.detach()
+            for i, (stage, record) in enumerate(zip(chain.stages, profile.stages, strict=True)):
+                a = stage(a)
+                size = allocation_size(a.untyped_storage().nbytes(), x.device)
+                if size != record.output_size:
+                    raise RematError(
+                        f"{where}: stage {i} ('{record.name}') outputs {size} bytes here, "
+                        f"{record.output_size} in the profile: it was measured on another model"
+                    )
+    finally:
+        state.restore()
+
+
+def _shape(shape: Sequence[int]) -> str:
+    return "x".join(str(int(d)) for d in shape)
+
+
+__all__ = ["check_profile_matches", "profile_chain", "profile_stage", "time_chain", "time_ms"]

@@ -1,0 +1,132 @@
+"""What metering a training step costs: plain step vs the allocator meter vs the live-tensor tracker.
+
+remat measures memory with remat.executor.allocator.AllocatorMeter (CPU: torch.profiler memory
+events from the c10 allocator; CUDA: max_memory_allocated) and explains it with the live-tensor
+tracker (remat.executor.memory.StorageTracker, a TorchDispatchMode). Neither is on the timed path
+(measured steps and timed steps are separate runs), but profiling and ``remat execute`` pay for
+them. Per model: the fastest of ``--steps`` interleaved runs of a plain training step, of the same
+step inside each meter, and of an empty metered block; plus both meters' peaks.
+
+    python benchmarks/meter_cost.py [--steps 9] [--threads 1] [--device cpu]
+
+Writes benchmarks/results/meter_cost.json (with the machine it ran on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+# this checkout's remat, not an installed one
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from remat.executor.allocator import AllocatorMeter, tensor_meter  # noqa: E402
+from remat.executor.measure import prepare_grads  # noqa: E402
+from remat.executor.zoo import small  # noqa: E402
+from remat.executor.zoo.resnet18 import resnet18  # noqa: E402
+from remat.schedules import format_size  # noqa: E402
+
+MODELS = {
+    # name: (factory, input shape)
+    "resnet18": (resnet18, (8, 3, 96, 96)),
+    "cnn": (lambda: small.cnn(widths=(16, 32, 64), blocks=3), (16, 3, 32, 32)),
+    "mlp": (lambda: small.mlp(depth=16, width=512, in_features=512), (128, 512)),
+}
+
+
+def machine() -> dict:
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def measure(name: str, device: torch.device, steps: int) -> dict:
+    factory, shape = MODELS[name]
+    torch.manual_seed(0)
+    model = factory().to(device).train()
+    x = torch.randn(*shape, device=device)
+
+    def step() -> None:
+        prepare_grads(model)
+        model(x).sum().backward()
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    variants = {
+        "plain": step,
+        "allocator": lambda: _inside(AllocatorMeter(device), step),
+        "tracker": lambda: _inside(tensor_meter(device), step),
+        "empty allocator block": lambda: _inside(AllocatorMeter(device), lambda: None),
+    }
+    step()  # warm-up: kernel caches, thread pools
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(steps):  # interleaved, so load hits every variant alike
+        for label, run in variants.items():
+            sync()
+            begin = time.perf_counter()
+            run()
+            sync()
+            times[label].append((time.perf_counter() - begin) * 1000.0)
+    allocator, tracker = AllocatorMeter(device), tensor_meter(device)
+    _inside(allocator, step)
+    _inside(tracker, step)
+    return {
+        "model": name,
+        "input_shape": list(shape),
+        "fastest_ms": {k: min(v) for k, v in times.items()},
+        "allocator_peak": allocator.peak_bytes,
+        "tracker_peak": tracker.peak_bytes,
+    }
+
+
+def _inside(meter, fn) -> None:
+    with meter:
+        fn()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=9, help="interleaved runs per variant (fastest is kept)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: steadier)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "meter_cost.json"))
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    rows = []
+    columns = (("plain ms", 9), ("allocator", 10), ("tracker", 9), ("empty", 9), ("alloc peak", 11), ("tensors", 10))
+    print(f"{'model':<10} " + " ".join(f"{c:>{w}}" for c, w in columns))
+    for name in args.models.split(","):
+        row = measure(name, device, args.steps)
+        rows.append(row)
+        t = row["fastest_ms"]
+        print(
+            f"{name:<10} {t['plain']:>9.2f} {t['allocator']:>10.2f} {t['tracker']:>9.2f} "
+            f"{t['empty allocator block']:>9.2f} {format_size(row['allocator_peak']):>11} "
+            f"{format_size(row['tracker_peak']):>10}"
+        )
+    result = {"benchmark": "meter_cost", "device": str(device), "steps": args.steps, "machine": machine(), "rows": rows}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
