@@ -437,7 +437,9 @@ def _add_model_args(command: argparse.ArgumentParser) -> None:
     command.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     command.add_argument("--dtype", default="float32", help="float32 (default), float16, bfloat16, float64")
     command.add_argument(
-        "--threads", type=integer_at_least(1), help="CPU threads for torch (torch.set_num_threads; default: torch's own choice)"
+        "--threads",
+        type=integer_at_least(1),
+        help="CPU threads for torch (torch.set_num_threads; default: torch's own choice)",
     )
 
 
