@@ -73,7 +73,7 @@ def exhaustive(profile: ChainProfile, budget: int, persistent: bool) -> Found | 
             if not present:
                 continue
             if not a_mask >> (i + 1) & 1:
-                peak = mem + act[i + 1] + stage.forward_overhead
+                peak = mem + act[i + 1] + stage.nograd_overhead  # F_ck/F_n do not record
                 if peak <= budget:
                     moves.append(((a_mask | 1 << (i + 1), abar_mask, nb, i + 1), ("F_ck", i), stage.forward_ms))
                     if a_mask >> i & 1 and i != 0 and (not persistent or fresh == i):
@@ -98,8 +98,14 @@ def exhaustive(profile: ChainProfile, budget: int, persistent: bool) -> Found | 
     return None
 
 
-def random_chain(rng: random.Random, n: int, unit: int = 1) -> ChainProfile:
-    """Small integer sizes (times ``unit`` bytes) and random times: exact for slot size ``unit``."""
+def _nograd(rng: random.Random, unit: int) -> int | None:
+    choice = rng.choice([None, 0, 8, 16])
+    return None if choice is None else choice * unit
+
+
+def random_chain(rng: random.Random, n: int, unit: int = 1, nograd: bool = False) -> ChainProfile:
+    """Small integer sizes (times ``unit`` bytes) and random times: exact for slot size ``unit``.
+    With ``nograd``, stages also get a non-recording forward transient of their own."""
     stages = []
     for i in range(n):
         out = rng.randint(1, 4) * unit
@@ -112,6 +118,7 @@ def random_chain(rng: random.Random, n: int, unit: int = 1) -> ChainProfile:
                 saved_size=out + rng.randint(0, 4) * unit,
                 forward_overhead=rng.choice([0, 0, 1, 2]) * unit,
                 backward_overhead=rng.choice([0, 0, 1, 3]) * unit,
+                forward_nograd_overhead=_nograd(rng, unit) if nograd else None,
             )
         )
     return ChainProfile(name=f"random{n}", input_size=rng.randint(1, 3) * unit, stages=tuple(stages))
@@ -166,6 +173,30 @@ def test_dp_equals_persistent_optimum_when_sizes_are_slot_multiples():
         assert true is not None and dp >= true.cost - 1e-9
         seen += 1
     assert seen > 60
+
+
+def test_dp_equals_persistent_optimum_with_nograd_overheads():
+    """Stages whose non-recording forward (F_ck/F_n) has its own transient: over every integer
+    budget, the DP (which reads it for its checkpointing forwards) is still the exact persistent
+    optimum of the search, and the field changes that optimum at some budgets."""
+    rng = random.Random(23)
+    differs = 0
+    for _ in range(10):
+        profile = random_chain(rng, rng.randint(3, 5), nograd=True)
+        fields = [{**vars(s), "forward_nograd_overhead": None} for s in profile.stages]
+        plain = ChainProfile(profile.name, profile.input_size, tuple(Stage(**f) for f in fields))
+        for budget in range(profile.input_size, store_all_peak(profile) + 1):
+            true, persistent, dp = compare(profile, budget, slots=None)
+            if persistent is None:
+                assert dp is None, (profile, budget)
+            else:
+                assert dp is not None and math.isclose(dp, persistent.cost, rel_tol=1e-9), (profile, budget)
+                assert true is not None and dp >= true.cost - 1e-9
+            other = exhaustive(plain, budget, persistent=True)
+            differs += (other is None) != (persistent is None) or (
+                other is not None and persistent is not None and not math.isclose(other.cost, persistent.cost)
+            )
+    assert differs >= 3  # the field changed the answer often enough for this to test something
 
 
 def test_dp_never_below_true_optimum_with_coarse_slots():

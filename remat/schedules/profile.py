@@ -70,6 +70,15 @@ def _check_metadata(value: Any, path: str) -> dict[str, Any]:
     return dict(value)
 
 
+def _optional_size(raw: Mapping[str, Any], key: str, path: str) -> Any:
+    """The value of an optional size field, or None when absent (null is refused, not "absent")."""
+    if key not in raw:
+        return None
+    if raw[key] is None:
+        raise ProfileError(f"{path}.{key}: must be a non-negative integer number of bytes, got null")
+    return raw[key]
+
+
 def _digest(data: Mapping[str, Any]) -> str:
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
@@ -86,9 +95,13 @@ class Stage:
         output_size: bytes of a_{i+1} (and of its gradient g_{i+1}).
         saved_size: bytes newly held after a recording forward: the tensors autograd saves
             plus the output a_{i+1}; the input a_i is not counted.
-        forward_overhead: transient bytes live only during the forward.
+        forward_overhead: transient bytes live only during a recording forward (``F_all``).
         backward_overhead: transient bytes live only during the backward.
         param_size: bytes of parameters (informational, outside the budget).
+        forward_nograd_overhead: transient bytes live only during a non-recording forward
+            (``F_ck``, ``F_n``); optional: ``None`` (not given) means the same as
+            ``forward_overhead``, and it is then left out of the JSON, so older files keep their
+            digest. :attr:`nograd_overhead` is the value that applies.
     """
 
     name: str
@@ -99,9 +112,15 @@ class Stage:
     forward_overhead: int = 0
     backward_overhead: int = 0
     param_size: int = 0
+    forward_nograd_overhead: int | None = None
+
+    @property
+    def nograd_overhead(self) -> int:
+        """Transient bytes of a non-recording forward (``F_ck``/``F_n``) of this stage."""
+        return self.forward_overhead if self.forward_nograd_overhead is None else self.forward_nograd_overhead
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "name": self.name,
             "forward_ms": self.forward_ms,
             "backward_ms": self.backward_ms,
@@ -111,6 +130,9 @@ class Stage:
             "backward_overhead": self.backward_overhead,
             "param_size": self.param_size,
         }
+        if self.forward_nograd_overhead is not None:
+            data["forward_nograd_overhead"] = self.forward_nograd_overhead
+        return data
 
 
 def _validated_stage(stage: Stage, path: str) -> Stage:
@@ -123,6 +145,9 @@ def _validated_stage(stage: Stage, path: str) -> Stage:
         forward_overhead=_check_size(stage.forward_overhead, f"{path}.forward_overhead"),
         backward_overhead=_check_size(stage.backward_overhead, f"{path}.backward_overhead"),
         param_size=_check_size(stage.param_size, f"{path}.param_size"),
+        forward_nograd_overhead=None
+        if stage.forward_nograd_overhead is None
+        else _check_size(stage.forward_nograd_overhead, f"{path}.forward_nograd_overhead"),
     )
     if checked.saved_size < checked.output_size:
         raise ProfileError(f"{path}.saved_size: must be >= output_size (saved includes the output)")
@@ -204,6 +229,7 @@ class ChainProfile:
                     forward_overhead=raw.get("forward_overhead", 0),
                     backward_overhead=raw.get("backward_overhead", 0),
                     param_size=raw.get("param_size", 0),
+                    forward_nograd_overhead=_optional_size(raw, "forward_nograd_overhead", path),
                 )
             )
         return cls(

@@ -15,8 +15,9 @@ B i        abar[i+1], g[i+1], a_i present         g[i]        abar[i+1], g[i+1],
 =========  =====================================  ==========  =================================
 
 ``g[n]`` appears just before the first ``B``; the ``B`` ops run once each, n-1 down to 0. An op's
-peak is the memory before it + what it adds + its transient overhead. Adding an item that is
-already held (e.g. ``F_ck i`` twice with no release between) is rejected: it would hold one
+peak is the memory before it + what it adds + its transient overhead (``forward_overhead`` for
+``F_all``, the stage's ``nograd_overhead`` for ``F_ck``/``F_n``, ``backward_overhead`` for ``B``).
+Adding an item that is already held (e.g. ``F_ck i`` twice with no release between) is rejected: it would hold one
 tensor twice.
 
 Graph: ``compute v`` needs every predecessor's output present and adds v's output; ``free v``
@@ -115,7 +116,8 @@ def simulate_chain(profile: ChainProfile, ops: Iterable[Op], timeline: bool = Tr
                     raise ScheduleError(f"{label}: a[{i + 1}] is already in memory")
                 added = act[i + 1]
                 a_held[i + 1] = True
-            op_peak = before + added + stage.forward_overhead
+            transient = stage.forward_overhead if op == "F_all" else stage.nograd_overhead
+            op_peak = before + added + transient
             memory = before + added
             if op == "F_n" and i != 0:
                 a_held[i] = False

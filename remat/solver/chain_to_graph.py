@@ -16,10 +16,13 @@ graph node                time_ms                size (bytes)       inputs
   a constant ``input_size`` bytes: chain peak = graph peak + ``metadata["memory_offset"]``.
   (As a zero-cost node it would let the graph free and "recompute" the input for nothing.)
 * A stage's ``forward_overhead`` / ``backward_overhead`` is the ``overhead`` of ``F{i}`` / ``B{i}``:
-  the graph peak of the compute is before + output + overhead, as the chain's op peak.
+  the graph peak of the compute is before + output + overhead, as the chain's op peak. ``F{i}``
+  is a recording forward, so it takes the recording forward's transient (``forward_overhead``,
+  the one of ``F_all``), never ``forward_nograd_overhead``.
 * ``loss_grad`` cannot be recomputed (``recompute`` false): in the chain, g[n] appears once.
 * A graph node has one output, so every forward is a *recording* forward holding saved_size
-  bytes (abar[i+1] includes a_{i+1}). When ``saved_size == output_size`` for every stage the
+  bytes (abar[i+1] includes a_{i+1}). When ``saved_size == output_size`` (and the non-recording
+  transient equals the recording one) for every stage the
   chain's F_ck and F_all hold the same bytes and the two models coincide operation for
   operation (:func:`chain_ops_to_graph_ops`); otherwise the graph cannot express a
   non-recording F_ck and its optimum can be above the chain's.

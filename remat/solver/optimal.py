@@ -130,8 +130,11 @@ def plan(profile: ChainProfile, table: Table, k: int) -> Plan:
         elif kind == "F":
             _, name, i = item
             stage = st[i]
-            added = stage.saved_size if name == "F_all" else act[i + 1]
-            peak = max(peak, held + added + stage.forward_overhead)
+            if name == "F_all":
+                added, transient = stage.saved_size, stage.forward_overhead
+            else:
+                added, transient = act[i + 1], stage.nograd_overhead
+            peak = max(peak, held + added + transient)
             held += added
             if name != "F_all":
                 a_count += 1
@@ -241,7 +244,7 @@ def front_summaries(profile: ChainProfile, table: Table, levels: Iterable[int]) 
         peak = held = 0
         for i in range(s, j):
             stage = st[i]
-            peak = max(peak, held + act[i + 1] + stage.forward_overhead)
+            peak = max(peak, held + act[i + 1] + stage.nograd_overhead)
             held += act[i + 1] - (act[i] if i > s else 0)
             time += stage.forward_ms
         a_held = a_peak = 1

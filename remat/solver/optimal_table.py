@@ -3,7 +3,9 @@
 Derivation (from DESIGN.md's op semantics; see :mod:`remat.solver.optimal` for the user side).
 
 Notation: ``a_i`` bytes of activation i (``a_0`` the input, ``a_n`` the output), ``sv_i`` the
-``saved_size`` of stage i, ``fo_i``/``bo_i`` its transients, ``f_i``/``b_i`` its times. Write
+``saved_size`` of stage i, ``fo_i``/``bo_i`` its transients (recording forward, backward),
+``fn_i`` the transient of its non-recording forward (``F_ck``/``F_n``; ``fo_i`` unless the
+profile gives ``forward_nograd_overhead``), ``f_i``/``b_i`` its times. Write
 ``g'_t = a_t`` if ``t < n`` and ``g'_n = 0``: the gradient ``g[t]`` is held during the forwards
 of a segment ending at ``t < n``, while ``g[n]`` only appears just before ``B n-1``.
 
@@ -20,7 +22,7 @@ impossible. The whole problem is ``C(0, n, budget - a_0)``. Two ways to start a 
    Cost ``f_s + b_s + C(s+1, t, m - sv_s)`` with ``C(t, t, x) = 0`` for ``x >= 0``.
 
 2. Checkpoint: ``F_ck s, F_n s+1 .. F_n j-1`` for some ``s < j < t`` leaves ``a[j]`` held (each
-   ``F_n i`` peaks at ``a_i + a_{i+1} + fo_i``, ``F_ck s`` at ``a_{s+1} + fo_s``); solve
+   ``F_n i`` peaks at ``a_i + a_{i+1} + fn_i``, ``F_ck s`` at ``a_{s+1} + fn_s``); solve
    ``C(j, t, m - a_j)``; its ``B j`` frees ``a[j]`` and leaves ``g[j]`` in place of ``g[t]``, so
    ``C(s, j, m + g'_t - a_j)`` finishes the segment (``g'_j = a_j`` as ``j < n``).
    Cost ``sum_{i=s}^{j-1} f_i + C(j, t, m - a_j) + C(s, j, m + g'_t - a_j)``.
@@ -30,7 +32,7 @@ impossible. The whole problem is ``C(0, n, budget - a_0)``. Two ways to start a 
     C(s, t, m) = min( f_s + b_s + C(s+1, t, m - sv_s)
                           if max(sv_s + fo_s, sv_s + a_{s+1} - g'_t + a_s + bo_s) <= m,
                       min_{s<j<t} F(s, j) + C(j, t, m - a_j) + C(s, j, m + g'_t - a_j)
-                          if max(a_{s+1} + fo_s, max_{s<i<j} a_i + a_{i+1} + fo_i) <= m )
+                          if max(a_{s+1} + fn_s, max_{s<i<j} a_i + a_{i+1} + fn_i) <= m )
 
 Nothing else can start a persistent segment: ``a_s`` must stay until ``B s``, so the first op
 on stage s is ``F_all s`` or ``F_ck s``; after ``F_ck s`` the chain of ``F_n`` up to the next
@@ -89,8 +91,9 @@ class Sizes:
         saved_slots: ceil(sv_s / S), what holding abar[s+1] takes.
         record_bytes: (n, 2) int array: [s, 0] = sv_s + fo_s (peak of F_all s over the free
             memory), [s, 1] = sv_s + a_{s+1} + a_s + bo_s (peak of B s, before subtracting g'_t).
-        forward_slots: (n, 2) int array: [i, 0] = ceil((a_{i+1} + fo_i) / S) (F_ck i),
-            [i, 1] = ceil((a_i + a_{i+1} + fo_i) / S) (F_n i with a[i] still counted).
+        forward_slots: (n, 2) int array: [i, 0] = ceil((a_{i+1} + fn_i) / S) (F_ck i),
+            [i, 1] = ceil((a_i + a_{i+1} + fn_i) / S) (F_n i with a[i] still counted), where
+            fn_i is the stage's non-recording transient (``Stage.nograd_overhead``).
     """
 
     slot: int
@@ -127,8 +130,8 @@ def chain_sizes(profile: ChainProfile, slot: int) -> Sizes:
     forward_slots = np.array(
         [
             [
-                _ceil_div(act[i + 1] + st[i].forward_overhead, slot),
-                _ceil_div(act[i] + act[i + 1] + st[i].forward_overhead, slot),
+                _ceil_div(act[i + 1] + st[i].nograd_overhead, slot),
+                _ceil_div(act[i] + act[i + 1] + st[i].nograd_overhead, slot),
             ]
             for i in range(n)
         ],
