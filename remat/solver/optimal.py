@@ -298,10 +298,10 @@ _STORE_ALL_SOURCE = -2
 @dataclass(frozen=True)
 class _Front:
     """The merged front, sorted by peak (time strictly falling), and where each point comes from:
-    ``(free bytes of its table, level)``, or ``(0, _MINIMUM)`` / ``(0, _STORE_ALL_SOURCE)``."""
+    ``(free bytes of its table, its levels, level)``, or ``(0, 0, _MINIMUM)`` / ``(0, 0, _STORE_ALL_SOURCE)``."""
 
     points: tuple[FrontPoint, ...]
-    sources: tuple[tuple[int, int], ...]
+    sources: tuple[tuple[int, int, int], ...]
 
 
 _MINIMA: OrderedDict[str, MinimumMemory] = OrderedDict()
@@ -332,24 +332,28 @@ def minimum_budget(profile: ChainProfile, slots: int = DEFAULT_SLOTS) -> int:
     return profile.input_size + _minimum(profile).free
 
 
-def _scale_frees(profile: ChainProfile, minimum_free: int, slots: int) -> list[int]:
+def _scales(profile: ChainProfile, minimum_free: int, slots: int) -> list[tuple[int, int]]:
     """Free memory (bytes) of each table of the front: the store-all budget's, then a quarter of
     it, ... while that is still above the minimum, stopping once slots are one byte (a table with
     one-byte slots is exact for every smaller budget too); and a one-byte-slot table (``slots``
-    bytes free) when the minimum is within its reach."""
+    bytes free) when the minimum is within its reach. Returns ``(free bytes, levels)`` per table:
+    ``slots`` levels for the first and the one-byte table, half as many for the others (a quarter
+    of the free memory in half the levels: their slots are still half as large as the previous
+    table's, at about half its cost)."""
     free = max(1, store_all_peak(profile) - profile.input_size)
-    frees = [free]
-    while slot_size(free, slots) > 1 and free // SCALE_RATIO > minimum_free:
+    lower = max(1, slots // 2)
+    scales = [(free, slots)]
+    while slot_size(free, scales[-1][1]) > 1 and free // SCALE_RATIO > minimum_free:
         free //= SCALE_RATIO
-        frees.append(free)
-    if slot_size(free, slots) > 1 and minimum_free <= slots:
-        frees.append(slots)  # one-byte slots: exact at every budget up to input + slots bytes
-    return frees
+        scales.append((free, lower))
+    if slot_size(free, scales[-1][1]) > 1 and minimum_free <= slots:
+        scales.append((slots, slots))  # one-byte slots: exact at every budget up to input + slots bytes
+    return scales
 
 
 def _table_points(
     profile: ChainProfile, free: int, above: int, slots: int, progress: bool
-) -> tuple[list[FrontPoint], list[tuple[int, int]]]:
+) -> tuple[list[FrontPoint], list[tuple[int, int, int]]]:
     """The points of the table for ``free`` bytes: every level above ``above`` free bytes (the
     next, finer table covers the rest) where the table's optimum improves."""
     table = table_for(profile, free, slots)
@@ -379,7 +383,7 @@ def _table_points(
         )
         for k, p in zip(levels, front_summaries(profile, table, iterator), strict=True)
     ]
-    return points, [(free, k) for k in levels]
+    return points, [(free, slots, k) for k in levels]
 
 
 def _build_front(profile: ChainProfile, slots: int, progress: bool) -> _Front:
@@ -398,11 +402,11 @@ def _build_front(profile: ChainProfile, slots: int, progress: bool) -> _Front:
         ),
         FrontPoint(NAME, peak_all, peak_all, base, 0.0, checkpoints=0),
     ]
-    sources = [(0, _MINIMUM), (0, _STORE_ALL_SOURCE)]
-    frees = _scale_frees(profile, minimum.free, slots)
-    for index, free in enumerate(frees):
-        above = frees[index + 1] if index + 1 < len(frees) else -1
-        more, where = _table_points(profile, free, above, slots, progress)
+    sources = [(0, 0, _MINIMUM), (0, 0, _STORE_ALL_SOURCE)]
+    scales = _scales(profile, minimum.free, slots)
+    for index, (free, levels) in enumerate(scales):
+        above = scales[index + 1][0] if index + 1 < len(scales) else -1
+        more, where = _table_points(profile, free, above, levels, progress)
         points.extend(more)
         sources.extend(where)
     order = pareto_order(points)
@@ -418,12 +422,12 @@ def _front(profile: ChainProfile, slots: int, progress: bool = False) -> _Front:
     return found
 
 
-def _plan_of(profile: ChainProfile, source: tuple[int, int], slots: int) -> Plan:
-    free, level = source
+def _plan_of(profile: ChainProfile, source: tuple[int, int, int]) -> Plan:
+    free, levels, level = source
     if level == _MINIMUM:
         minimum = _minimum(profile)
         return plan(profile, minimum, minimum.free)
-    return plan(profile, table_for(profile, free, slots), level)
+    return plan(profile, table_for(profile, free, levels), level)
 
 
 def solve(profile: ChainProfile, budget: int, slots: int = DEFAULT_SLOTS) -> Schedule:
@@ -441,15 +445,18 @@ def solve(profile: ChainProfile, budget: int, slots: int = DEFAULT_SLOTS) -> Sch
         detail = "the least memory of any persistent schedule, exact"
         raise InfeasibleBudgetError(NAME, budget, minimum_budget(profile), detail)
     source = front.sources[index]
-    chosen = _plan_of(profile, source, slots)
-    claim = (
-        "least memory of any persistent schedule"
-        if source[1] == _MINIMUM
-        else "optimal among persistent schedules (up to discretization)"
-    )
-    extra = {"claim": claim, "checkpoints": chosen.checkpoints}
-    if source[1] != _MINIMUM:
-        extra.update({"slots": slots, "slot_bytes": slot_size(source[0], slots), "table_free_bytes": source[0]})
+    chosen = _plan_of(profile, source)
+    free, levels, level = source
+    if level == _MINIMUM:
+        extra = {"claim": "least memory of any persistent schedule", "checkpoints": chosen.checkpoints}
+    else:
+        extra = {
+            "claim": "optimal among persistent schedules (up to discretization)",
+            "checkpoints": chosen.checkpoints,
+            "slots": levels,
+            "slot_bytes": slot_size(free, levels),
+            "table_free_bytes": free,
+        }
     return make_schedule(
         profile,
         budget,

@@ -244,10 +244,15 @@ def build_table(profile: ChainProfile, slot: int, slots: int) -> Table:
     from remat.solver.optimal_kernel import bounds, fill
 
     lo, hi, req1, _ = bounds(n, K, int(slot), A, G, SV, fwd_first, fwd_next, act, rec_fwd, rec_bwd, saved)
-    kind = np.zeros(1, dtype=np.int16 if n < np.iinfo(np.int16).max else np.int32)
+    kind = np.zeros(1, dtype=decision_dtype(n))
     offsets, flat, top = fill(n, K, A, G, SV, fwd_first, fwd_next, fcum, fb_cum, fb32, lo, hi, req1, kind)
     top = top / scale  # exact: the scale is a power of two
     return Table(n=n, slots=K, sizes=sizes, top=top, lo=lo, hi=hi, offsets=offsets, flat=flat)
+
+
+def decision_dtype(n: int) -> type:
+    """The decisions' integer type: int16 while split points (stage indices up to n) fit, else int32."""
+    return np.int16 if n < np.iinfo(np.int16).max else np.int32
 
 
 def time_scale(profile: ChainProfile) -> float:
