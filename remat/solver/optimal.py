@@ -1,20 +1,24 @@
-"""``optimal``: the cheapest persistent schedule of a heterogeneous chain, for every budget at once.
+"""``optimal``: the cheapest persistent schedule of a heterogeneous chain, over the whole front.
 
 This is the persistent-schedule dynamic program of Beaumont et al. (rotor, "Optimal
-checkpointing for heterogeneous chains", 2019), derived here from DESIGN.md's op semantics; the
-recurrence and its derivation are in :mod:`remat.solver.optimal_table`. What is claimed:
+checkpointing for heterogeneous chains", 2019), derived here from the op semantics of
+docs/model.md; the recurrence and its derivation are in :mod:`remat.solver.optimal_table`. What
+is claimed:
 
-* **optimal among persistent schedules, up to discretization**: memory is counted in slots
-  (``slots`` levels, default 500) and every size is rounded *up*, so the returned schedule is
-  always within the real budget and no persistent schedule is faster at the budget as seen in
-  slots. With sizes that are multiples of the slot size the result is the exact persistent
-  optimum. A non-persistent schedule (one that drops a stored checkpoint before its backward and
+* **optimal among persistent schedules, up to discretization**: memory is counted in slots and
+  every size is rounded *up*, so a returned schedule is always within the real budget and no
+  persistent schedule is faster at the budget as seen in slots (exact with one-byte slots). A
+  non-persistent schedule (one that drops a stored checkpoint before its backward and
   recomputes it) can be faster: over every integer budget of 120 random 3-6 stage chains
   (1,305 chain-budget pairs with a schedule, ``python tests/test_exhaustive.py 60 1`` and ``60 2``)
   the persistent optimum was slower in 15 pairs (11 chains), by 4.9% on average and 13.8% at
   most, and never infeasible where some schedule existed.
-* one table, filled once for the largest budget, gives the optimum for every smaller budget:
-  :func:`optimal_front` reads the whole memory/compute front from it.
+* **right at both ends** (:func:`optimal_front`): tables at several scales (the store-all
+  budget's free memory, a quarter of it, ... down to the minimum, each with its own slot size)
+  merged with store-all and the exact least-memory persistent schedule
+  (:mod:`remat.solver.optimal_minimum`, no slots), dominated points dropped.
+* :func:`minimum_budget` is exact; :func:`solve` returns the fastest front point within the
+  budget, so it is monotone in the budget and succeeds at every budget from the minimum on.
 
 Every schedule goes through :func:`remat.solver.common.make_schedule`: the DP's claimed step time
 (from the recurrence) and peak (from the DP's own memory model, walked in bytes) must equal the
