@@ -14,7 +14,7 @@ is claimed:
   the persistent optimum was slower in 15 pairs (11 chains), by 4.9% on average and 13.8% at
   most, and never infeasible where some schedule existed.
 * **right at both ends** (:func:`optimal_front`): tables at several scales (the store-all
-  budget's free memory, a quarter of it, ... down to the minimum, each with its own slot size)
+  budget's free memory, an eighth of it, ... down to the minimum, each with its own slot size)
   merged with store-all and the exact least-memory persistent schedule
   (:mod:`remat.solver.optimal_minimum`, no slots), dominated points dropped.
 * :func:`minimum_budget` is exact; :func:`solve` returns the fastest front point within the
@@ -294,7 +294,7 @@ def _store_all_schedule(profile: ChainProfile, budget: int) -> Schedule:
     )
 
 
-SCALE_RATIO = 4  # each table of the front covers a quarter of the previous one's free memory
+SCALE_RATIO = 8  # each table of the front covers an eighth of the previous one's free memory
 _MINIMUM = -1  # source "level" of the exact minimum-memory schedule
 _STORE_ALL_SOURCE = -2
 
@@ -337,13 +337,13 @@ def minimum_budget(profile: ChainProfile, slots: int = DEFAULT_SLOTS) -> int:
 
 
 def _scales(profile: ChainProfile, minimum_free: int, slots: int) -> list[tuple[int, int]]:
-    """Free memory (bytes) of each table of the front: the store-all budget's, then a quarter of
-    it, ... while that is still above the minimum, stopping once slots are one byte (a table with
+    """Free memory (bytes) of each table of the front: the store-all budget's, then an eighth
+    of it, ... while that is still above the minimum, stopping once slots are one byte (a table with
     one-byte slots is exact for every smaller budget too); and a one-byte-slot table (``slots``
     bytes free) when the minimum is within its reach. Returns ``(free bytes, levels)`` per table:
-    ``slots`` levels for the first and the one-byte table, half as many for the others (a quarter
-    of the free memory in half the levels: their slots are still half as large as the previous
-    table's, at about half its cost)."""
+    ``slots`` levels for the first and the one-byte table, half as many for the others (an eighth
+    of the free memory in half the levels: slots a quarter of the previous table's, at about
+    half its cost)."""
     free = max(1, store_all_peak(profile) - profile.input_size)
     lower = max(1, slots // 2)
     scales = [(free, slots)]
@@ -475,7 +475,7 @@ def solve(profile: ChainProfile, budget: int, slots: int = DEFAULT_SLOTS) -> Sch
 def optimal_front(profile: ChainProfile, slots: int = DEFAULT_SLOTS, progress: bool = False) -> list[FrontPoint]:
     """The memory/compute front of persistent schedules, right at both ends.
 
-    Tables at several scales: the store-all budget's free memory, then a quarter of it, and so on
+    Tables at several scales: the store-all budget's free memory, then an eighth of it, and so on
     down to the exact minimum (:data:`SCALE_RATIO`), each with its own ``slots`` levels, so that
     a budget near the minimum is seen with slots as fine as one near store-all; plus the exact
     least-memory schedule (:mod:`remat.solver.optimal_minimum`) and store-all. Each point's peak
