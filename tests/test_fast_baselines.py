@@ -101,3 +101,19 @@ def test_sweep_with_choose_equals_solving_every_budget(profile):
             for p in sweep_strategy(profile, name, budgets)
         ]
         assert fast == _sweep_every_budget(profile, name, budgets), name
+
+
+def test_revolve_ops_need_no_recursion():
+    """Slot counts in the thousands (a 1000-stage sweep tries c up to 999) under a low recursion limit."""
+    import sys
+
+    from remat.solver.revolve import forward_steps, revolve_ops
+
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(200)
+    try:
+        ops = revolve_ops(3000, 2999)
+    finally:
+        sys.setrecursionlimit(old)
+    assert [op for op in ops if op[0] == "B"] == [("B", i) for i in reversed(range(3000))]
+    assert forward_steps(ops) == 3000 * 1 - 1  # t(l, c) = r*l - C(c+r, r-1) with r = 1: C(3000, 0) = 1

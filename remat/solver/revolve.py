@@ -71,21 +71,23 @@ def revolve_ops(length: int, slots: int) -> list[Op]:
         ops.append(("F_ck", start))
         ops.extend(("F_n", i) for i in range(start + 1, stop))
 
-    def reverse(start: int, end: int, c: int) -> None:
-        # Invariant: a_start is held (a[start]), g[end] is available; reverse stages start .. end-1.
-        # Recursion depth is at most c (the right part gets one slot fewer); the left part loops.
-        while end - start > 1 and c > 1:
+    # Reverse stages start .. end-1 with c slots; invariant: a_start is held (a[start]) and g[end]
+    # is available. The recursion (advance by m, reverse [start+m, end) with c-1 slots, then
+    # [start, start+m) with c) runs on an explicit stack: c can be in the thousands.
+    stack = [(0, length, slots)]
+    while stack:
+        start, end, c = stack.pop()
+        if end - start > 1 and c > 1:
             m = split(end - start, c)
             advance(start, start + m)
-            reverse(start + m, end, c - 1)
-            end = start + m
+            stack.append((start, start + m, c))  # then the left part, with the same slots
+            stack.append((start + m, end, c - 1))  # first the right part, one slot fewer
+            continue
         for i in reversed(range(start, end)):
             if i > start:
                 advance(start, i)
             ops.append(("F_all", i))
             ops.append(("B", i))
-
-    reverse(0, length, slots)
     return ops
 
 
