@@ -76,8 +76,54 @@ def _op_label(position: int, op: str, index: int) -> str:
     return f"op {position} ({op} {index})"
 
 
+FAST_FROM_OPS = 256  # shorter op lists are simulated in Python (no compiled code to load)
+
+
 def simulate_chain(profile: ChainProfile, ops: Iterable[Op], timeline: bool = True) -> SimulationResult:
-    """Simulate chain ops; raise :class:`ScheduleError` naming the op and the missing item."""
+    """Simulate chain ops; raise :class:`ScheduleError` naming the op and the missing item.
+
+    Without a timeline, long op lists go through the compiled copy of this loop
+    (:mod:`remat.schedules.fast_chain`, identical results); an invalid op list is then rerun here
+    for the error message."""
+    if not timeline:
+        ops = ops if isinstance(ops, (list, tuple)) else list(ops)
+        if len(ops) >= FAST_FROM_OPS:
+            fast = _simulate_chain_fast(profile, ops)
+            if fast is not None:
+                return fast
+    return _simulate_chain_reference(profile, ops, timeline)
+
+
+def _simulate_chain_fast(profile: ChainProfile, ops: Sequence[Op]) -> SimulationResult | None:
+    """The compiled simulation, or None when it cannot be used or the op list is invalid."""
+    from remat.schedules import fast_chain
+
+    arrays = _profile_arrays(profile)
+    encoded = fast_chain.encode(ops)
+    if arrays is None or encoded is None:
+        return None
+    valid, peak, compute, recompute = fast_chain.chain_costs(*encoded, *arrays)
+    if not valid:
+        return None
+    return SimulationResult(int(peak), float(compute), float(recompute), ())
+
+
+_ARRAYS: dict[str, tuple | None] = {}  # per profile digest; cleared past a few entries
+
+
+def _profile_arrays(profile: ChainProfile) -> tuple | None:
+    from remat.schedules import fast_chain
+
+    key = profile.sha256
+    if key not in _ARRAYS:
+        if len(_ARRAYS) >= 8:
+            _ARRAYS.clear()
+        _ARRAYS[key] = fast_chain.profile_arrays(profile)
+    return _ARRAYS[key]
+
+
+def _simulate_chain_reference(profile: ChainProfile, ops: Iterable[Op], timeline: bool = True) -> SimulationResult:
+    """The reference simulation in Python integers (see :func:`simulate_chain`)."""
     n = profile.length
     act = [profile.activation_size(i) for i in range(n + 1)]
     a_held = [False] * (n + 1)

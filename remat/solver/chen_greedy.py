@@ -14,52 +14,83 @@ search covers every threshold that can change the outcome: the greedy's result o
 ``b`` crosses the sum of ``saved_size`` over some run of consecutive stages, so the candidates are
 those sums (and -1, which cuts after every stage). Chains with more than ``MAX_THRESHOLDS``
 distinct sums use that many evenly spaced quantiles of them. Every distinct segmentation is
-simulated; the fastest within the budget wins (ties: lower peak, then fewer segments). With none
+costed in closed form (:func:`remat.solver.segments.segment_costs`, once per profile: a sweep over
+budgets reuses them); the fastest within the budget wins (ties: lower peak, then fewer segments). With none
 within budget, the error states the smallest simulated peak among the candidates.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from itertools import accumulate
 
+import numpy as np
+
 from remat.schedules import ChainProfile, InfeasibleBudgetError, Schedule
-from remat.solver.common import Strategy, make_schedule, require_chain
-from remat.solver.segments import best_segmentation, segment_ops
+from remat.solver.common import ProfileCache, Strategy, make_schedule, require_chain
+from remat.solver.segments import Candidate, evaluate, pick, segment_ops
 
 NAME = "chen-greedy"
 MAX_THRESHOLDS = 4000
 
 
-def greedy_starts(sizes: list[int], threshold: int) -> tuple[int, ...]:
-    """Segment starts of Chen's greedy walk with ``threshold`` bytes over per-stage ``sizes``."""
+def greedy_starts(sizes: list[int], threshold: int, prefix: list[int] | None = None) -> tuple[int, ...]:
+    """Segment starts of Chen's greedy walk with ``threshold`` bytes over per-stage ``sizes``.
+
+    The walk closes a segment at the first stage whose running sum passes the threshold: with
+    prefix sums that stage is found by bisection, so the cost is per segment, not per stage."""
+    if prefix is None:
+        prefix = [0, *accumulate(sizes)]
+    n = len(sizes)
     starts = [0]
-    accumulated = 0
-    for i, size in enumerate(sizes):
-        accumulated += size
-        if accumulated > threshold and i + 1 < len(sizes):
-            starts.append(i + 1)
-            accumulated = 0
-    return tuple(starts)
+    start = 0
+    while True:
+        # first i >= start with prefix[i + 1] - prefix[start] > threshold
+        end = bisect_right(prefix, prefix[start] + threshold, lo=start + 1)  # = i + 1
+        if end >= n:
+            return tuple(starts)
+        starts.append(end)
+        start = end
 
 
 def candidate_thresholds(sizes: list[int]) -> list[int]:
     """Thresholds at which the greedy's outcome can change: sums over consecutive stages, and -1."""
-    prefix = [0, *accumulate(sizes)]
-    sums = sorted({prefix[j] - prefix[i] for i in range(len(sizes)) for j in range(i + 1, len(sizes) + 1)})
+    prefix = np.array([0, *accumulate(sizes)], dtype=object if sum(sizes) >= 1 << 62 else np.int64)
+    upper = np.triu_indices(len(sizes) + 1, 1)
+    sums = np.unique(prefix[upper[1]] - prefix[upper[0]])
     if len(sums) > MAX_THRESHOLDS:
         step = (len(sums) - 1) / (MAX_THRESHOLDS - 1)
-        sums = sorted({sums[round(k * step)] for k in range(MAX_THRESHOLDS)})
-    return [-1, *sums]
+        sums = np.unique(sums[[round(k * step) for k in range(MAX_THRESHOLDS)]])
+    return [-1, *(int(x) for x in sums)]
+
+
+_CANDIDATES = ProfileCache()
+
+
+def _segmentations(profile: ChainProfile) -> tuple[list[Candidate], dict[tuple[int, ...], int]]:
+    """Every threshold's segmentation with its closed-form cost, computed once per profile."""
+
+    def compute():
+        sizes = [stage.saved_size for stage in profile.stages]
+        prefix = [0, *accumulate(sizes)]
+        by_starts: dict[tuple[int, ...], int] = {}
+        for threshold in candidate_thresholds(sizes):
+            by_starts.setdefault(greedy_starts(sizes, threshold, prefix), threshold)
+        return evaluate(profile, list(by_starts)), by_starts
+
+    return _CANDIDATES.get(profile, "greedy", compute)
+
+
+def choose(profile: ChainProfile, budget: int) -> tuple[int, ...] | None:
+    """The segment starts :func:`solve` returns at ``budget`` bytes, or None."""
+    return pick(_segmentations(require_chain(profile, NAME))[0], budget)[0]
 
 
 def solve(profile: ChainProfile, budget: int) -> Schedule:
     """The fastest greedy segmentation within ``budget`` bytes over all thresholds."""
     profile = require_chain(profile, NAME)
-    sizes = [stage.saved_size for stage in profile.stages]
-    by_starts: dict[tuple[int, ...], int] = {}
-    for threshold in candidate_thresholds(sizes):
-        by_starts.setdefault(greedy_starts(sizes, threshold), threshold)
-    starts, min_peak = best_segmentation(profile, list(by_starts), budget)
+    candidates, by_starts = _segmentations(profile)
+    starts, min_peak = pick(candidates, budget)
     if starts is None:
         raise InfeasibleBudgetError(NAME, budget, min_peak, f"over {len(by_starts)} greedy segmentations")
     return make_schedule(
@@ -77,4 +108,5 @@ STRATEGY = Strategy(
     description="Chen et al. 2016 greedy: new segment when accumulated memory passes a threshold; threshold searched",
     solve=solve,
     reference="Chen et al. 2016, Training Deep Nets with Sublinear Memory Cost (memory planning with budget)",
+    choose=choose,
 )

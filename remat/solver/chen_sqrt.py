@@ -16,7 +16,7 @@ import math
 
 from remat.schedules import ChainProfile, InfeasibleBudgetError, Schedule
 from remat.solver.common import Strategy, make_schedule, require_chain
-from remat.solver.segments import segment_ops, simulate_segments
+from remat.solver.segments import segment_arrays, segment_costs, segment_ops
 
 NAME = "chen-sqrt"
 
@@ -27,11 +27,20 @@ def sqrt_segment_starts(length: int) -> tuple[int, ...]:
     return tuple(range(0, length, size))
 
 
+def _peak(profile: ChainProfile) -> int:
+    return segment_costs(segment_arrays(profile), sqrt_segment_starts(profile.length))[0]
+
+
+def choose(profile: ChainProfile, budget: int) -> str | None:
+    """``"sqrt"`` if the one schedule fits ``budget`` bytes, else None."""
+    return "sqrt" if _peak(require_chain(profile, NAME)) <= budget else None
+
+
 def solve(profile: ChainProfile, budget: int) -> Schedule:
     """The sqrt(n)-segment schedule; raise :class:`InfeasibleBudgetError` if its peak exceeds ``budget`` bytes."""
     profile = require_chain(profile, NAME)
     starts = sqrt_segment_starts(profile.length)
-    peak = simulate_segments(profile, starts).peak_memory
+    peak = _peak(profile)
     if peak > budget:
         raise InfeasibleBudgetError(NAME, budget, peak)
     return make_schedule(
@@ -45,4 +54,5 @@ STRATEGY = Strategy(
     description="Chen et al. 2016: segments of about sqrt(n) stages, boundaries stored, one extra forward",
     solve=solve,
     reference="Chen, Xu, Zhang, Guestrin 2016, Training Deep Nets with Sublinear Memory Cost",
+    choose=choose,
 )

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,10 @@ class Strategy:
         solve: ``solve(profile, budget, **options) -> Schedule``; budget in bytes.
         options: names of the keyword options ``solve`` accepts (e.g. ``("segments",)``).
         reference: the paper or tool it follows.
+        choose: optional ``choose(profile, budget) -> key or None``: which schedule ``solve``
+            (without options) would return at this budget, as a hashable key (None: it would
+            refuse), without building or simulating it. A budget sweep solves only budgets whose
+            key is new, so each distinct schedule is built and simulated once.
     """
 
     name: str
@@ -35,6 +40,28 @@ class Strategy:
     solve: Callable[..., Schedule]
     options: tuple[str, ...] = ()
     reference: str = ""
+    choose: Callable[[Any, int], Hashable | None] | None = None
+
+
+class ProfileCache:
+    """A small least-recently-used cache keyed by a profile's digest (and a key of the caller's):
+    strategies keep their candidates' costs here, so a sweep over budgets computes them once."""
+
+    def __init__(self, size: int = 4) -> None:
+        self._size = size
+        self._items: OrderedDict[tuple[str, Hashable], Any] = OrderedDict()
+
+    def get(self, profile: Profile, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """The cached value for (profile, key), computing and storing it on a miss."""
+        full = (profile.sha256, key)
+        if full in self._items:
+            self._items.move_to_end(full)
+            return self._items[full]
+        value = compute()
+        self._items[full] = value
+        while len(self._items) > self._size:
+            self._items.popitem(last=False)
+        return value
 
 
 def make_schedule(

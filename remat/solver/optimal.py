@@ -1,20 +1,24 @@
-"""``optimal``: the cheapest persistent schedule of a heterogeneous chain, for every budget at once.
+"""``optimal``: the cheapest persistent schedule of a heterogeneous chain, over the whole front.
 
 This is the persistent-schedule dynamic program of Beaumont et al. (rotor, "Optimal
-checkpointing for heterogeneous chains", 2019), derived here from DESIGN.md's op semantics; the
-recurrence and its derivation are in :mod:`remat.solver.optimal_table`. What is claimed:
+checkpointing for heterogeneous chains", 2019), derived here from the op semantics of
+docs/model.md; the recurrence and its derivation are in :mod:`remat.solver.optimal_table`. What
+is claimed:
 
-* **optimal among persistent schedules, up to discretization**: memory is counted in slots
-  (``slots`` levels, default 500) and every size is rounded *up*, so the returned schedule is
-  always within the real budget and no persistent schedule is faster at the budget as seen in
-  slots. With sizes that are multiples of the slot size the result is the exact persistent
-  optimum. A non-persistent schedule (one that drops a stored checkpoint before its backward and
+* **optimal among persistent schedules, up to discretization**: memory is counted in slots and
+  every size is rounded *up*, so a returned schedule is always within the real budget and no
+  persistent schedule is faster at the budget as seen in slots (exact with one-byte slots). A
+  non-persistent schedule (one that drops a stored checkpoint before its backward and
   recomputes it) can be faster: over every integer budget of 120 random 3-6 stage chains
   (1,305 chain-budget pairs with a schedule, ``python tests/test_exhaustive.py 60 1`` and ``60 2``)
   the persistent optimum was slower in 15 pairs (11 chains), by 4.9% on average and 13.8% at
   most, and never infeasible where some schedule existed.
-* one table, filled once for the largest budget, gives the optimum for every smaller budget:
-  :func:`optimal_front` reads the whole memory/compute front from it.
+* **right at both ends** (:func:`optimal_front`): tables at several scales (the store-all
+  budget's free memory, an eighth of it, ... down to the minimum, each with its own slot size)
+  merged with store-all and the exact least-memory persistent schedule
+  (:mod:`remat.solver.optimal_minimum`, no slots), dominated points dropped.
+* :func:`minimum_budget` is exact; :func:`solve` returns the fastest front point within the
+  budget, so it is monotone in the budget and succeeds at every budget from the minimum on.
 
 Every schedule goes through :func:`remat.solver.common.make_schedule`: the DP's claimed step time
 (from the recurrence) and peak (from the DP's own memory model, walked in bytes) must equal the
@@ -25,6 +29,7 @@ Units: bytes and milliseconds.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -33,6 +38,7 @@ from dataclasses import dataclass
 from remat.schedules import ChainProfile, InfeasibleBudgetError, Op, RematError, Schedule
 from remat.solver.common import Strategy, make_schedule, require_chain
 from remat.solver.front import FrontPoint
+from remat.solver.optimal_minimum import MinimumMemory, exact_minimum
 from remat.solver.optimal_table import INFEASIBLE, STORE_ALL, Table, build_table, slot_size
 from remat.solver.store_all import store_all_ops, store_all_peak
 
@@ -58,7 +64,7 @@ class Plan:
 
 
 _CACHE: OrderedDict[tuple[str, int, int], Table] = OrderedDict()
-_CACHE_SIZE = 2  # a 1000-stage table at 500 slots holds ~160 MB of decisions (int16)
+_CACHE_BYTES = 400 << 20  # a 1000-stage table at 500 slots holds ~160 MB of decisions (int16)
 
 
 def _check_slots(slots: object) -> None:
@@ -68,7 +74,7 @@ def _check_slots(slots: object) -> None:
 
 def table_for(profile: ChainProfile, free_bytes: int, slots: int = DEFAULT_SLOTS) -> Table:
     """The DP table covering ``free_bytes`` of free memory (budget minus the input a_0) in
-    ``slots`` slots; cached for the last two (profile, slot size, slots)."""
+    ``slots`` slots; the last few (up to ~400 MB of decisions, at least one) are cached."""
     _check_slots(slots)
     slot = slot_size(free_bytes, slots)
     levels = min(slots, free_bytes // slot)
@@ -77,7 +83,7 @@ def table_for(profile: ChainProfile, free_bytes: int, slots: int = DEFAULT_SLOTS
     if table is None:
         table = build_table(profile, slot, levels)
         _CACHE[key] = table
-        while len(_CACHE) > _CACHE_SIZE:
+        while len(_CACHE) > 1 and sum(t.flat.nbytes for t in _CACHE.values()) > _CACHE_BYTES:
             _CACHE.popitem(last=False)
     else:
         _CACHE.move_to_end(key)
@@ -288,37 +294,173 @@ def _store_all_schedule(profile: ChainProfile, budget: int) -> Schedule:
     )
 
 
-def _front_table(profile: ChainProfile, slots: int) -> tuple[Table, int]:
-    """The table for the store-all budget (the largest that matters) and its slot size."""
-    free = max(1, store_all_peak(profile) - profile.input_size)
-    table = table_for(profile, free, slots)
-    return table, table.sizes.slot
+SCALE_RATIO = 8  # each table of the front covers an eighth of the previous one's free memory
+_MINIMUM = -1  # source "level" of the exact minimum-memory schedule
+_STORE_ALL_SOURCE = -2
 
 
-def _first_feasible(table: Table) -> int | None:
-    for k in range(table.slots + 1):
-        if math.isfinite(table.top[k]):
-            return k
-    return None
+@dataclass(frozen=True)
+class _Front:
+    """The merged front, sorted by peak (time strictly falling), and where each point comes from:
+    ``(free bytes of its table, its levels, level)``, or ``(0, 0, _MINIMUM)`` / ``(0, 0, _STORE_ALL_SOURCE)``."""
+
+    points: tuple[FrontPoint, ...]
+    sources: tuple[tuple[int, int, int], ...]
+
+
+_MINIMA: OrderedDict[str, MinimumMemory] = OrderedDict()
+_FRONTS: OrderedDict[tuple[str, int], _Front] = OrderedDict()
+_SMALL_CACHE = 4  # profiles whose minimum / front are kept (each O(n**2) bytes at most)
+
+
+def _remember(cache: OrderedDict, key: object, value: object) -> None:
+    cache[key] = value
+    while len(cache) > _SMALL_CACHE:
+        cache.popitem(last=False)
+
+
+def _minimum(profile: ChainProfile) -> MinimumMemory:
+    found = _MINIMA.get(profile.sha256)
+    if found is None:
+        found = exact_minimum(profile)
+        _remember(_MINIMA, profile.sha256, found)
+    return found
 
 
 def minimum_budget(profile: ChainProfile, slots: int = DEFAULT_SLOTS) -> int:
-    """Smallest budget (bytes) at which :func:`solve` is known to return a schedule with these
-    slots: the peak of the front table's least-memory schedule when solving at that peak works
-    (checked), else the budget of that table level (which works by construction)."""
-    table, slot = _front_table(profile, slots)
-    k = _first_feasible(table)
-    if k is None:
-        return store_all_peak(profile)
-    level_budget = min(profile.input_size + k * slot, store_all_peak(profile))
-    peak = plan(profile, table, k).peak_memory
-    if peak < level_budget and _attempt(profile, peak, slots) is not None:
-        return peak
-    return level_budget
+    """The exact smallest budget (bytes) of any persistent schedule: :func:`solve` returns a
+    schedule at this budget and at every larger one (``slots`` does not change it; it is kept for
+    callers that pass it)."""
+    profile = require_chain(profile, NAME)
+    _check_slots(slots)
+    return profile.input_size + _minimum(profile).free
 
 
-def _schedule_from(profile: ChainProfile, budget: int, table: Table, k: int, slots: int) -> Schedule:
-    chosen = plan(profile, table, k)
+def _scales(profile: ChainProfile, minimum_free: int, slots: int) -> list[tuple[int, int]]:
+    """Free memory (bytes) of each table of the front: the store-all budget's, then an eighth
+    of it, ... while that is still above the minimum, stopping once slots are one byte (a table with
+    one-byte slots is exact for every smaller budget too); and a one-byte-slot table (``slots``
+    bytes free) when the minimum is within its reach. Returns ``(free bytes, levels)`` per table:
+    ``slots`` levels for the first and the one-byte table, half as many for the others (an eighth
+    of the free memory in half the levels: slots a quarter of the previous table's, at about
+    half its cost)."""
+    free = max(1, store_all_peak(profile) - profile.input_size)
+    lower = max(1, slots // 2)
+    scales = [(free, slots)]
+    while slot_size(free, scales[-1][1]) > 1 and free // SCALE_RATIO > minimum_free:
+        free //= SCALE_RATIO
+        scales.append((free, lower))
+    if slot_size(free, scales[-1][1]) > 1 and minimum_free <= slots:
+        scales.append((slots, slots))  # one-byte slots: exact at every budget up to input + slots bytes
+    return scales
+
+
+def _table_points(
+    profile: ChainProfile, free: int, above: int, slots: int, progress: bool
+) -> tuple[list[FrontPoint], list[tuple[int, int, int]]]:
+    """The points of the table for ``free`` bytes: every level above ``above`` free bytes (the
+    next, finer table covers the rest) where the table's optimum improves."""
+    table = table_for(profile, free, slots)
+    slot = table.sizes.slot
+    levels = []
+    previous = math.inf
+    for k in range(table.slots + 1):
+        value = table.top[k]
+        if math.isfinite(value) and value < previous - 1e-9 * max(1.0, abs(previous) if math.isfinite(previous) else 1):
+            previous = value
+            if k * slot > above:
+                levels.append(k)
+    iterator: Iterable[int] = levels
+    if progress:
+        from tqdm import tqdm
+
+        iterator = tqdm(levels, desc=f"optimal front ({free} B)", unit="level", leave=False)
+    base = profile.store_all_compute_ms
+    points = [
+        FrontPoint(
+            NAME,
+            profile.input_size + k * slot,
+            p.peak_memory,
+            p.compute_ms,
+            max(0.0, p.compute_ms - base),
+            p.checkpoints,
+        )
+        for k, p in zip(levels, front_summaries(profile, table, iterator), strict=True)
+    ]
+    return points, [(free, slots, k) for k in levels]
+
+
+def _build_front(profile: ChainProfile, slots: int, progress: bool) -> _Front:
+    minimum = _minimum(profile)
+    lowest = plan(profile, minimum, minimum.free)
+    base = profile.store_all_compute_ms
+    peak_all = store_all_peak(profile)
+    points = [
+        FrontPoint(
+            NAME,
+            lowest.peak_memory,
+            lowest.peak_memory,
+            lowest.compute_ms,
+            max(0.0, lowest.compute_ms - base),
+            lowest.checkpoints,
+        ),
+        FrontPoint(NAME, peak_all, peak_all, base, 0.0, checkpoints=0),
+    ]
+    sources = [(0, 0, _MINIMUM), (0, 0, _STORE_ALL_SOURCE)]
+    scales = _scales(profile, minimum.free, slots)
+    for index, (free, levels) in enumerate(scales):
+        above = scales[index + 1][0] if index + 1 < len(scales) else -1
+        more, where = _table_points(profile, free, above, levels, progress)
+        points.extend(more)
+        sources.extend(where)
+    order = pareto_order(points)
+    return _Front(tuple(points[i] for i in order), tuple(sources[i] for i in order))
+
+
+def _front(profile: ChainProfile, slots: int, progress: bool = False) -> _Front:
+    key = (profile.sha256, slots)
+    found = _FRONTS.get(key)
+    if found is None:
+        found = _build_front(profile, slots, progress)
+        _remember(_FRONTS, key, found)
+    return found
+
+
+def _plan_of(profile: ChainProfile, source: tuple[int, int, int]) -> Plan:
+    free, levels, level = source
+    if level == _MINIMUM:
+        minimum = _minimum(profile)
+        return plan(profile, minimum, minimum.free)
+    return plan(profile, table_for(profile, free, levels), level)
+
+
+def solve(profile: ChainProfile, budget: int, slots: int = DEFAULT_SLOTS) -> Schedule:
+    """The fastest schedule within ``budget`` bytes on the multi-scale front (see
+    :func:`optimal_front`): optimal among persistent schedules up to each table's ``slots``
+    discretization, monotone in the budget (a larger budget never gets a slower schedule), and a
+    schedule at every budget from :func:`minimum_budget` (exact) on."""
+    profile = require_chain(profile, NAME)
+    _check_slots(slots)
+    if budget >= store_all_peak(profile):
+        return _store_all_schedule(profile, budget)
+    front = _front(profile, slots)
+    index = bisect.bisect_right([p.peak_memory for p in front.points], budget) - 1
+    if index < 0:
+        detail = "the least memory of any persistent schedule, exact"
+        raise InfeasibleBudgetError(NAME, budget, minimum_budget(profile), detail)
+    source = front.sources[index]
+    chosen = _plan_of(profile, source)
+    free, levels, level = source
+    if level == _MINIMUM:
+        extra = {"claim": "least memory of any persistent schedule", "checkpoints": chosen.checkpoints}
+    else:
+        extra = {
+            "claim": "optimal among persistent schedules (up to discretization)",
+            "checkpoints": chosen.checkpoints,
+            "slots": levels,
+            "slot_bytes": slot_size(free, levels),
+            "table_free_bytes": free,
+        }
     return make_schedule(
         profile,
         budget,
@@ -326,106 +468,48 @@ def _schedule_from(profile: ChainProfile, budget: int, table: Table, k: int, slo
         chosen.ops,
         claimed_compute_ms=chosen.compute_ms,
         claimed_peak_memory=chosen.peak_memory,
-        extra={
-            "claim": "optimal among persistent schedules (up to discretization)",
-            "slots": slots,
-            "slot_bytes": table.sizes.slot,
-            "checkpoints": chosen.checkpoints,
-        },
+        extra=extra,
     )
 
 
-def solve(profile: ChainProfile, budget: int, slots: int = DEFAULT_SLOTS) -> Schedule:
-    """The fastest persistent schedule within ``budget`` bytes (up to the ``slots`` discretization).
-
-    Fills the table for this budget (``slots`` levels between 0 and ``budget - a_0``). If that
-    finds nothing, the table of the store-all budget (the one :func:`optimal_front` reads) is
-    tried too, and if it fails as well the error names :func:`minimum_budget`, a budget at which
-    this function does return a schedule (the front table's first feasible level).
-    """
-    profile = require_chain(profile, NAME)
-    _check_slots(slots)
-    if budget >= store_all_peak(profile):
-        return _store_all_schedule(profile, budget)
-    schedule = _attempt(profile, budget, slots)
-    if schedule is None:
-        raise InfeasibleBudgetError(NAME, budget, minimum_budget(profile, slots), f"at {slots} slots")
-    return schedule
-
-
-def _attempt(profile: ChainProfile, budget: int, slots: int) -> Schedule | None:
-    """The schedule for ``budget`` from its own table, else from the front table, else None."""
-    free = budget - profile.input_size
-    if free < 0:
-        return None
-    table = table_for(profile, max(1, free), slots)
-    k = min(table.slots, free // table.sizes.slot)
-    if math.isfinite(table.top[k]):
-        return _schedule_from(profile, budget, table, k, slots)
-    front_table, slot = _front_table(profile, slots)
-    k = min(front_table.slots, free // slot)
-    if math.isfinite(front_table.top[k]):
-        return _schedule_from(profile, budget, front_table, k, slots)
-    return None
-
-
 def optimal_front(profile: ChainProfile, slots: int = DEFAULT_SLOTS, progress: bool = False) -> list[FrontPoint]:
-    """The memory/compute front of persistent schedules from one table, store-all included.
+    """The memory/compute front of persistent schedules, right at both ends.
 
-    One point per level where the table's optimum improves, plus store-all; each point's peak and
-    time are the DP model's (which :func:`solve` checks against the simulator for every schedule
-    it returns; the tests check them for the front). Points are sorted by peak memory and
-    dominated ones (another point no larger and no slower) are dropped.
+    Tables at several scales: the store-all budget's free memory, then an eighth of it, and so on
+    down to the exact minimum (:data:`SCALE_RATIO`), each with its own ``slots`` levels, so that
+    a budget near the minimum is seen with slots as fine as one near store-all; plus the exact
+    least-memory schedule (:mod:`remat.solver.optimal_minimum`) and store-all. Each point's peak
+    and time are the DP model's (which :func:`solve` checks against the simulator for every
+    schedule it returns; the tests check them for the front). Points are sorted by peak memory
+    and dominated ones (another point no larger and no slower) are dropped. Its least memory is
+    the least of any persistent schedule, so no baseline (all persistent) goes below it.
     """
     profile = require_chain(profile, NAME)
     _check_slots(slots)
-    table, slot = _front_table(profile, slots)
-    levels = []
-    previous = math.inf
-    for k in range(table.slots + 1):
-        value = table.top[k]
-        if math.isfinite(value) and value < previous - 1e-9 * max(1.0, abs(previous) if math.isfinite(previous) else 1):
-            levels.append(k)
-            previous = value
-    iterator = levels
-    if progress:
-        from tqdm import tqdm
+    return list(_front(profile, slots, progress).points)
 
-        iterator = tqdm(levels, desc="optimal front", unit="level", leave=False)
-    points = []
-    for k, chosen in zip(levels, front_summaries(profile, table, iterator), strict=True):
-        base = profile.store_all_compute_ms
-        points.append(
-            FrontPoint(
-                strategy=NAME,
-                budget=profile.input_size + k * slot,
-                peak_memory=chosen.peak_memory,
-                compute_ms=chosen.compute_ms,
-                recompute_ms=max(0.0, chosen.compute_ms - base),
-                checkpoints=chosen.checkpoints,
-            )
-        )
-    peak_all = store_all_peak(profile)
-    points.append(FrontPoint(NAME, peak_all, peak_all, profile.store_all_compute_ms, 0.0, checkpoints=0))
-    return pareto_filter(points)
+
+def pareto_order(points: list[FrontPoint]) -> list[int]:
+    """Indices of the points no other point beats in both peak and time, sorted by peak."""
+    order = sorted(range(len(points)), key=lambda i: (points[i].peak_memory, points[i].compute_ms))
+    kept: list[int] = []
+    best = math.inf
+    for i in order:
+        if points[i].compute_ms < best - 1e-9 * max(1.0, points[i].compute_ms):
+            kept.append(i)
+            best = points[i].compute_ms
+    return kept
 
 
 def pareto_filter(points: list[FrontPoint]) -> list[FrontPoint]:
     """Sort by peak memory, keep the points that no other point beats in both peak and time."""
-    ordered = sorted(points, key=lambda p: (p.peak_memory, p.compute_ms))
-    kept: list[FrontPoint] = []
-    best = math.inf
-    for point in ordered:
-        if point.compute_ms < best - 1e-9 * max(1.0, point.compute_ms):
-            kept.append(point)
-            best = point.compute_ms
-    return kept
+    return [points[i] for i in pareto_order(points)]
 
 
 STRATEGY = Strategy(
     name=NAME,
     kind="chain",
-    description="persistent-schedule DP (rotor): fastest persistent schedule under the budget, up to --slots",
+    description="persistent-schedule DP (rotor), tables at several memory scales: fastest persistent schedule",
     solve=solve,
     options=("slots",),
     reference="Beaumont et al. 2019, Optimal checkpointing for heterogeneous chains (rotor)",

@@ -1,10 +1,12 @@
 """The compiled kernel that fills the ``optimal`` DP table (see :mod:`remat.solver.optimal_table`
 for the recurrence, the rounding rules, the bounds ``lo``/``hi`` and the pruning of split points).
 
-``@njit(cache=True)``: compiled on the first call on a machine (a few seconds) and loaded from
-numba's on-disk cache afterwards. Integers are int64; times float64, except the table values,
-which are float32 formed exactly as the numpy implementation this replaced formed them
-(benchmarks/optimal_numpy.py; tests/test_optimal_kernel.py checks that both fill identical tables).
+Compiled on the first call on a machine (a few seconds) and loaded from numba's on-disk cache
+afterwards (:mod:`remat.solver.jit` falls back to an uncached compile where no cache can be
+written). Integers are int64; times float64, except the table values, which are float32 formed
+exactly as the numpy implementation this replaced formed them (benchmarks/optimal_numpy.py;
+tests/test_optimal_kernel.py checks that both fill identical tables). The caller scales every
+time by one power of two first (exact), so float32 neither overflows nor underflows.
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ import numpy as np
 # numba (a pip-installable dependency): the table filling is a triple loop over segments, memory
 # levels and split points with data-dependent skipping; compiled it is several times faster than the
 # numpy-vectorized version at 400 stages and up (benchmarks/solver_speed.py measures both).
-from numba import njit
+from remat.schedules.jit import njit_cached
 
 
-@njit(cache=True)
+@njit_cached
 def _ceil_div_any(value, slot):
     """ceil(value / slot) for a value of any sign (slot > 0), as Python's ``-(-value // slot)``."""
     if value >= 0:
@@ -25,13 +27,20 @@ def _ceil_div_any(value, slot):
     return -((-value) // slot)
 
 
-@njit(cache=True)
+@njit_cached
 def bounds(n, K, slot, A, G, SV, fwd_first, fwd_next, act, rec_fwd, rec_bwd, saved):
-    """Pass 1: lo[s, t], hi[s, t] and req1[s, t] (slots option 1 needs at its own ops)."""
-    big = np.int64(1) << 40  # "never" for lo/hi arithmetic
+    """Pass 1: lo[s, t], hi[s, t], req1[s, t] (slots option 1 needs at its own ops) and arg[s, t],
+    the option that attains lo (0: record stage s, j: checkpoint a[j], -2: store-all the segment).
+
+    With ``slot = 1`` every quantity is in bytes and nothing is rounded: ``lo[0, n]`` is then the
+    exact least free memory of any persistent schedule, and ``arg`` describes one that needs it.
+    The callers keep every byte total below 2**60 (:func:`remat.solver.optimal_table.chain_sizes`),
+    so sums of a few of them never overflow int64."""
+    big = np.int64(1) << 62  # "never": only on the diagonal's other side, never added to
     lo = np.full((n + 1, n + 1), big, dtype=np.int64)
     hi = np.full((n + 1, n + 1), big, dtype=np.int64)
     req1 = np.zeros((n + 1, n + 1), dtype=np.int64)
+    arg = np.zeros((n + 1, n + 1), dtype=np.int64)
     x_bytes = np.zeros((n + 1, n + 1), dtype=np.int64)  # bytes free the store-all of [s, t) needs
     fwd_req = np.zeros(n + 1, dtype=np.int64)
     for t in range(n + 1):
@@ -52,16 +61,22 @@ def bounds(n, K, slot, A, G, SV, fwd_first, fwd_next, act, rec_fwd, rec_bwd, sav
             x = max(rec_fwd[s], saved[s] + x_bytes[s + 1, t], rec_bwd[s] - g_bytes)
             x_bytes[s, t] = x
             hi_st = _ceil_div_any(x, slot)
-            lo_st = min(max(r1, SV[s] + lo[s + 1, t]), hi_st)
+            lo_st = max(r1, SV[s] + lo[s + 1, t])
+            best = 0
+            if hi_st < lo_st:
+                lo_st = hi_st
+                best = -2
             g_t = G[t]
             for j in range(s + 1, t):
                 a_j = A[j]
                 need = max(max(fwd_req[j], a_j + lo[j, t]), lo[s, j] + a_j - g_t)
                 if need < lo_st:
                     lo_st = need
+                    best = j
             lo[s, t] = lo_st
             hi[s, t] = hi_st
-    return lo, hi, req1
+            arg[s, t] = best
+    return lo, hi, req1, arg
 
 
 # The four loops below set chosen[k] = min(chosen[k], right + (left + f32)) and dec[k] = j where it
@@ -69,7 +84,7 @@ def bounds(n, K, slot, A, G, SV, fwd_first, fwd_next, act, rec_fwd, rec_bwd, sav
 # Indices are unsigned, so that no negative-index check blocks vectorization, and nothing is
 # sliced (no reference counting per call). Selects, not branches: equal values are kept, so
 # ties still go to the earlier candidate.
-@njit(cache=True)
+@njit_cached
 def _relax_vv(ch, dc, k0, k1, values, r_base, l_base, f32, j16):
     for k in range(k0, k1):
         c = values[np.uint64(r_base + k)] + (values[np.uint64(l_base + k)] + f32)
@@ -80,7 +95,7 @@ def _relax_vv(ch, dc, k0, k1, values, r_base, l_base, f32, j16):
         dc[i] = j16 if better else dc[i]
 
 
-@njit(cache=True)
+@njit_cached
 def _relax_cv(ch, dc, k0, k1, rc, values, l_base, f32, j16):
     for k in range(k0, k1):
         c = rc + (values[np.uint64(l_base + k)] + f32)
@@ -91,7 +106,7 @@ def _relax_cv(ch, dc, k0, k1, rc, values, l_base, f32, j16):
         dc[i] = j16 if better else dc[i]
 
 
-@njit(cache=True)
+@njit_cached
 def _relax_vc(ch, dc, k0, k1, values, r_base, lc, f32, j16):
     left = lc + f32
     for k in range(k0, k1):
@@ -103,7 +118,7 @@ def _relax_vc(ch, dc, k0, k1, values, r_base, lc, f32, j16):
         dc[i] = j16 if better else dc[i]
 
 
-@njit(cache=True)
+@njit_cached
 def _relax_cc(ch, dc, k0, k1, c, j16):
     for k in range(k0, k1):
         i = np.uint64(k)
@@ -113,11 +128,14 @@ def _relax_cc(ch, dc, k0, k1, c, j16):
         dc[i] = j16 if better else dc[i]
 
 
-@njit(cache=True)
-def fill(n, K, A, G, SV, fwd_first, fwd_next, fcum, fb_cum, fb32, lo, hi, req1):
+@njit_cached
+def fill(n, K, A, G, SV, fwd_first, fwd_next, fcum, fb_cum, fb32, lo, hi, req1, kind):
     """Pass 2: the cells of every segment at levels [lo, hi) (see the module doc).
 
-    Returns (offsets, decisions, top). The float32 sums are formed exactly as the numpy baseline
+    ``kind`` is a one-element array of the decisions' integer type (int16, or int32 for chains
+    too long for int16: split points are stage indices). Returns (offsets, decisions, top).
+
+    The float32 sums are formed exactly as the numpy baseline
     forms them, ``C(j, t, .) + (C(s, j, .) + float32(F(s, j)))`` and ``C(s+1, t, .) + float32(f_s + b_s)``,
     and ties go to option 1, then to the smallest j, so the tables are identical."""
     W = K + 1
@@ -134,10 +152,11 @@ def fill(n, K, A, G, SV, fwd_first, fwd_next, fcum, fb_cum, fb32, lo, hi, req1):
             if width > 0:
                 total += width
     values = np.empty(total, dtype=np.float32)
-    decisions = np.empty(total, dtype=np.int16)
+    decisions = np.empty(total, dtype=kind.dtype)
     top = np.full(W, np.inf)
     chosen = np.empty(W, dtype=np.float32)
-    dec = np.empty(W, dtype=np.int16)
+    dec = np.empty(W, dtype=kind.dtype)
+    box = np.empty(1, dtype=kind.dtype)  # j converted to the decisions' type
     fwd_req = np.zeros(n + 1, dtype=np.int64)
     for s in range(n - 1, -1, -1):
         running = fwd_first[s]
@@ -220,7 +239,8 @@ def fill(n, K, A, G, SV, fwd_first, fwd_next, fcum, fb_cum, fb32, lo, hi, req1):
                     else:
                         k_l = K + 1 + a_j - g_t
                         l_const = values[off_l + K - lo_l]
-                    j16 = np.int16(j)
+                    box[0] = j
+                    j16 = box[0]
                     k1 = min(max(k0, min(k_r, k_l)), ke)
                     k2 = min(max(k0, max(k_r, k_l)), ke)
                     _relax_vv(chosen, dec, k0, k1, values, r_base, l_base, f32, j16)

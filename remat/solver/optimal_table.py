@@ -63,6 +63,12 @@ recurrence would choose is skipped. Sums are formed in float32 in the same order
 implementation this replaced (kept as a baseline in ``benchmarks/optimal_numpy.py``), ties go to
 option 1 and then to the smallest ``j``, and tests/test_optimal_kernel.py checks that both fill
 identical tables. After the fill only the decisions are kept (what read-back needs), not the values.
+
+Exactness: before the fill every time is multiplied by one power of two (:func:`time_scale`), so
+that float32 holds any profile's times (1e38 ms stages included) and the sums are the exact
+scaled images of the unscaled ones; ``top`` is scaled back (exactly). Byte totals must stay below
+2**60 and decisions are int16, or int32 from 32,767 stages on (:func:`check_limits` refuses
+larger chains with a one-line error rather than letting numpy overflow).
 """
 
 from __future__ import annotations
@@ -72,7 +78,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from remat.schedules import ChainProfile
+from remat.schedules import ChainProfile, RematError
 
 INF = np.float32(np.inf)
 INFEASIBLE = -1  # decision: no schedule for this segment at this level
@@ -109,8 +115,28 @@ def _ceil_div(value: int, slot: int) -> int:
     return max(0, -(-value // slot))
 
 
+MAX_TOTAL_BYTES = 1 << 60  # the kernel adds a few byte totals in int64: keep each far below 2**63
+MAX_STAGES = (1 << 31) - 2  # split points are stored as int32 decisions
+
+
+def check_limits(profile: ChainProfile) -> None:
+    """Raise :class:`RematError` for a chain the table's integers cannot hold (sizes in bytes)."""
+    total = profile.input_size + sum(
+        s.output_size + s.saved_size + s.forward_overhead + s.backward_overhead + s.nograd_overhead
+        for s in profile.stages
+    )
+    if total >= MAX_TOTAL_BYTES:
+        raise RematError(
+            f"optimal: the chain's sizes add up to {total} bytes, more than the DP table's integers "
+            f"hold (2**60 bytes); the simulator and the other strategies take any size"
+        )
+    if profile.length > MAX_STAGES:
+        raise RematError(f"optimal: {profile.length} stages exceed the DP table's limit of {MAX_STAGES}")
+
+
 def chain_sizes(profile: ChainProfile, slot: int) -> Sizes:
     """Exact byte sizes and their conservative slot counts for slot size ``slot`` bytes."""
+    check_limits(profile)
     n = profile.length
     act = tuple(profile.activation_size(i) for i in range(n + 1))
     st = profile.stages
@@ -162,7 +188,8 @@ class Table:
         lo, hi: (n+1, n+1) int arrays; for segment [s, t): infeasible below lo[s, t], store-all
             of the segment from hi[s, t] on (both may exceed K).
         offsets: (n+1, n+1) int array: where segment (s, t)'s decisions start in ``flat``.
-        flat: int16 decisions of every segment, over k in [lo, min(hi, K+1)) each: 0 = record
+        flat: int16 (int32 from 32,767 stages on) decisions of every segment, over k in
+            [lo, min(hi, K+1)) each: 0 = record
             stage s (option 1), j > s = checkpoint a[j] (option 2), -1 = infeasible.
     """
 
@@ -200,8 +227,9 @@ def build_table(profile: ChainProfile, slot: int, slots: int) -> Table:
     n = profile.length
     K = int(slots)
     sizes = chain_sizes(profile, slot)
-    f = np.array([s.forward_ms for s in profile.stages], dtype=np.float64)
-    b = np.array([s.backward_ms for s in profile.stages], dtype=np.float64)
+    scale = time_scale(profile)
+    f = np.array([s.forward_ms for s in profile.stages], dtype=np.float64) * scale
+    b = np.array([s.backward_ms for s in profile.stages], dtype=np.float64) * scale
     fcum = np.concatenate([[0.0], np.cumsum(f)])
     fb_cum = np.concatenate([[0.0], np.cumsum(f + b)])
     fb32 = (f + b).astype(np.float32)
@@ -215,9 +243,27 @@ def build_table(profile: ChainProfile, slot: int, slots: int) -> Table:
     # imported here: numba (and compiling or loading the kernel) is paid only when a table is built
     from remat.solver.optimal_kernel import bounds, fill
 
-    lo, hi, req1 = bounds(n, K, int(slot), A, G, SV, fwd_first, fwd_next, act, rec_fwd, rec_bwd, saved)
-    offsets, flat, top = fill(n, K, A, G, SV, fwd_first, fwd_next, fcum, fb_cum, fb32, lo, hi, req1)
+    lo, hi, req1, _ = bounds(n, K, int(slot), A, G, SV, fwd_first, fwd_next, act, rec_fwd, rec_bwd, saved)
+    kind = np.zeros(1, dtype=decision_dtype(n))
+    offsets, flat, top = fill(n, K, A, G, SV, fwd_first, fwd_next, fcum, fb_cum, fb32, lo, hi, req1, kind)
+    top = top / scale  # exact: the scale is a power of two
     return Table(n=n, slots=K, sizes=sizes, top=top, lo=lo, hi=hi, offsets=offsets, flat=flat)
+
+
+def decision_dtype(n: int) -> type:
+    """The decisions' integer type: int16 while split points (stage indices up to n) fit, else int32."""
+    return np.int16 if n < np.iinfo(np.int16).max else np.int32
+
+
+def time_scale(profile: ChainProfile) -> float:
+    """A power of two that brings the largest stage time to [0.5, 1) ms-units: the table's float32
+    values (at most about n**2 such times) then neither overflow nor lose small stages to
+    underflow, and, the factor being a power of two, every float32 sum is the scaled image of the
+    unscaled one (same decisions as without scaling whenever that does not overflow)."""
+    largest = max(max(s.forward_ms, s.backward_ms) for s in profile.stages)
+    if largest == 0.0:
+        return 1.0
+    return math.ldexp(1.0, -math.frexp(largest)[1])
 
 
 def slot_size(free_bytes: int, slots: int) -> int:

@@ -59,8 +59,16 @@ def sweep_strategy(
     profile: ChainProfile, strategy: str, budgets: Sequence[int], progress: bool = False
 ) -> list[FrontPoint]:
     """Solve ``profile`` with ``strategy`` at each budget; infeasible budgets are skipped and
-    repeated schedules (same peak and time) kept once, at the smallest budget."""
+    repeated schedules (same peak and time) kept once, at the smallest budget.
+
+    A strategy that can say which schedule a budget gets without building it (``choose``) is
+    solved only at the budgets whose schedule is new: each distinct schedule is built and
+    simulated once (budgets are visited in increasing order, so the smallest budget is kept)."""
     from remat.solver import solve
+    from remat.solver.registry import get_strategy
+
+    choose = get_strategy(strategy, "chain").choose
+    seen: set = set()
 
     iterator: Iterable[int] = budgets
     if progress:
@@ -68,7 +76,12 @@ def sweep_strategy(
 
         iterator = tqdm(budgets, desc=strategy, unit="budget", leave=False)
     points: dict[tuple[int, float], FrontPoint] = {}
-    for budget in iterator:
+    for budget in iterator if choose is None else sorted(iterator):
+        if choose is not None:
+            key = choose(profile, budget)
+            if key is None or key in seen:
+                continue
+            seen.add(key)
         try:
             schedule = solve(profile, budget, strategy)
         except InfeasibleBudgetError:

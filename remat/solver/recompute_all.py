@@ -14,7 +14,7 @@ Forward work is quadratic: stage j runs forward ``n - j`` times, n(n+1)/2 forwar
 from __future__ import annotations
 
 from remat.schedules import ChainProfile, InfeasibleBudgetError, Op, Schedule, simulate
-from remat.solver.common import Strategy, make_schedule, require_chain
+from remat.solver.common import ProfileCache, Strategy, make_schedule, require_chain
 
 NAME = "recompute-all"
 
@@ -29,14 +29,26 @@ def recompute_all_ops(length: int) -> list[Op]:
     return ops
 
 
+_PEAK = ProfileCache()
+
+
+def _peak(profile: ChainProfile) -> int:
+    return _PEAK.get(profile, NAME, lambda: simulate(profile, recompute_all_ops(profile.length), False).peak_memory)
+
+
+def choose(profile: ChainProfile, budget: int) -> str | None:
+    """``"all"`` if the one schedule fits ``budget`` bytes, else None."""
+    return "all" if _peak(require_chain(profile, NAME)) <= budget else None
+
+
 def solve(profile: ChainProfile, budget: int) -> Schedule:
     """The recompute-all schedule; raise :class:`InfeasibleBudgetError` if its peak exceeds ``budget`` bytes."""
     profile = require_chain(profile, NAME)
-    ops = recompute_all_ops(profile.length)
     # Its only schedule: the smallest budget it meets is that schedule's peak.
-    peak = simulate(profile, ops, timeline=False).peak_memory
+    peak = _peak(profile)
     if peak > budget:
         raise InfeasibleBudgetError(NAME, budget, peak)
+    ops = recompute_all_ops(profile.length)
     claimed = sum(s.forward_ms * (profile.length - j) + s.backward_ms for j, s in enumerate(profile.stages))
     return make_schedule(profile, budget, NAME, ops, claimed_compute_ms=claimed)
 
@@ -47,4 +59,5 @@ STRATEGY = Strategy(
     description="keep only the input, recompute from it before every backward: little memory, quadratic time",
     solve=solve,
     reference="the trivial extreme of Chen et al. 2016 / Griewank-Walther with one checkpoint",
+    choose=choose,
 )

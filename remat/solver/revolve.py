@@ -21,23 +21,23 @@ with one slot, walk forward from ``a[s]`` before each adjoint step. The split m 
 the optimal ones, ``max(C(c+r-2, c), l - C(c+r-1, c-1))`` (Griewank & Walther 2000, Prop. 1,
 whose range of optimal splits the tests check against the DP).
 
-Which ``c``: with ``checkpoints=c`` that c is used; with only a budget every c from 1 to n-1 (beyond
-that the schedule no longer changes) is built and simulated, and the largest c whose schedule
+Which ``c``: with ``checkpoints=c`` that c is used; with only a budget every c from 1 to n-1
+(beyond that the schedule no longer changes) is built and simulated once per profile (the
+compiled simulator; a sweep over budgets reuses the peaks), and the largest c whose schedule
 fits is returned: the fewest forward steps that fit. On identical stages this is revolve's
 optimum for that memory. On heterogeneous chains it is not optimal in time or memory: the
 checkpoint positions count steps, not milliseconds or bytes, so a stage with a big output may
 become a checkpoint where a cheaper neighbour would do, and a larger c can even peak lower or
 higher than a smaller one (hence every c is simulated). Revolve's model also never keeps a
 recorded forward from the first sweep, so even with unlimited slots it does ``l - 1`` extra
-forwards over store-all. When no c fits, the error states the smallest peak over all c.
-"""
+forwards over store-all. When no c fits, the error states the smallest peak over all c."""
 
 from __future__ import annotations
 
 from math import comb
 
 from remat.schedules import ChainProfile, InfeasibleBudgetError, Op, RematError, Schedule, simulate
-from remat.solver.common import Strategy, make_schedule, require_chain
+from remat.solver.common import ProfileCache, Strategy, make_schedule, require_chain
 
 NAME = "revolve"
 
@@ -71,21 +71,23 @@ def revolve_ops(length: int, slots: int) -> list[Op]:
         ops.append(("F_ck", start))
         ops.extend(("F_n", i) for i in range(start + 1, stop))
 
-    def reverse(start: int, end: int, c: int) -> None:
-        # Invariant: a_start is held (a[start]), g[end] is available; reverse stages start .. end-1.
-        # Recursion depth is at most c (the right part gets one slot fewer); the left part loops.
-        while end - start > 1 and c > 1:
+    # Reverse stages start .. end-1 with c slots; invariant: a_start is held (a[start]) and g[end]
+    # is available. The recursion (advance by m, reverse [start+m, end) with c-1 slots, then
+    # [start, start+m) with c) runs on an explicit stack: c can be in the thousands.
+    stack = [(0, length, slots)]
+    while stack:
+        start, end, c = stack.pop()
+        if end - start > 1 and c > 1:
             m = split(end - start, c)
             advance(start, start + m)
-            reverse(start + m, end, c - 1)
-            end = start + m
+            stack.append((start, start + m, c))  # then the left part, with the same slots
+            stack.append((start + m, end, c - 1))  # first the right part, one slot fewer
+            continue
         for i in reversed(range(start, end)):
             if i > start:
                 advance(start, i)
             ops.append(("F_all", i))
             ops.append(("B", i))
-
-    reverse(0, length, slots)
     return ops
 
 
@@ -94,25 +96,48 @@ def forward_steps(ops: list[Op]) -> int:
     return sum(1 for name, _ in ops if name in ("F_ck", "F_n"))
 
 
+_PEAKS = ProfileCache()
+
+
+def _peaks(profile: ChainProfile, choices: tuple[int, ...]) -> list[int]:
+    """Simulated peak of each slot count's schedule (bytes), computed once per profile."""
+
+    def compute():
+        return [simulate(profile, revolve_ops(profile.length, c), timeline=False).peak_memory for c in choices]
+
+    return _PEAKS.get(profile, choices, compute)
+
+
+def _choices(profile: ChainProfile, slots: int | None) -> tuple[int, ...]:
+    return (slots,) if slots is not None else tuple(range(1, max(1, profile.length - 1) + 1))
+
+
+def _largest_fit(profile: ChainProfile, budget: int, slots: int | None) -> tuple[int | None, int]:
+    """(largest slot count whose schedule fits ``budget`` bytes or None, smallest peak of all)."""
+    choices = _choices(profile, slots)
+    peaks = _peaks(profile, choices)
+    fitting = [c for c, peak in zip(choices, peaks, strict=True) if peak <= budget]
+    return (fitting[-1] if fitting else None), min(peaks)
+
+
+def choose(profile: ChainProfile, budget: int) -> int | None:
+    """The slot count :func:`solve` uses at ``budget`` bytes (no ``checkpoints`` option), or None."""
+    return _largest_fit(require_chain(profile, NAME), budget, None)[0]
+
+
 def solve(profile: ChainProfile, budget: int, checkpoints: int | None = None) -> Schedule:
     """Binomial checkpointing with ``checkpoints`` slots (a[0] included), or the largest count that fits
     ``budget`` bytes. (The option is not called ``slots``: that name is the DP's memory discretization.)"""
     slots = checkpoints
     profile = require_chain(profile, NAME)
-    n = profile.length
-    choices = [slots] if slots is not None else list(range(1, max(1, n - 1) + 1))
-    chosen: tuple[int, list[Op]] | None = None
-    min_peak: int | None = None
-    for c in choices:
-        ops = revolve_ops(n, c)
-        peak = simulate(profile, ops, timeline=False).peak_memory
-        min_peak = peak if min_peak is None else min(min_peak, peak)
-        if peak <= budget:
-            chosen = (c, ops)  # choices ascend, so the last fit is the largest c
-    if chosen is None:
+    if slots is not None:
+        revolve_ops(profile.length, slots)  # a bad count is a one-line error before anything else
+    c, min_peak = _largest_fit(profile, budget, slots)
+    if c is None:
+        choices = _choices(profile, slots)
         detail = f"with {slots} slots" if slots is not None else f"over every slot count 1..{choices[-1]}"
         raise InfeasibleBudgetError(NAME, budget, min_peak, detail)
-    c, ops = chosen
+    ops = revolve_ops(profile.length, c)
     return make_schedule(profile, budget, NAME, ops, extra={"checkpoints": c, "forward_steps": forward_steps(ops)})
 
 
@@ -123,4 +148,5 @@ STRATEGY = Strategy(
     solve=solve,
     options=("checkpoints",),
     reference="Griewank & Walther 2000, Algorithm 799: revolve, ACM TOMS 26(1)",
+    choose=choose,
 )

@@ -10,16 +10,16 @@ segment runs normally, i.e. recorded (``F_all``). The op list is built by
 :func:`remat.solver.segments.segment_ops`. torch requires ``1 <= k <= n`` (k = 1 is plain
 store-all).
 
-With ``segments=k`` the strategy uses that k; with only a budget it simulates every k in 1..n and
-returns the fastest that fits (ties: lower peak, then fewer segments). When nothing fits, the
-error states the smallest peak over the k it was allowed to use.
-"""
+With ``segments=k`` the strategy uses that k; with only a budget it costs every k in 1..n
+(closed form, :func:`remat.solver.segments.segment_costs`, once per profile) and returns the
+fastest that fits (ties: lower peak, then fewer segments). When nothing fits, the error states
+the smallest peak over the k it was allowed to use."""
 
 from __future__ import annotations
 
 from remat.schedules import ChainProfile, InfeasibleBudgetError, RematError, Schedule
-from remat.solver.common import Strategy, make_schedule, require_chain
-from remat.solver.segments import best_segmentation, segment_ops
+from remat.solver.common import ProfileCache, Strategy, make_schedule, require_chain
+from remat.solver.segments import Candidate, best_segmentation, evaluate, pick, segment_ops
 
 NAME = "sequential"
 
@@ -32,13 +32,36 @@ def torch_segment_starts(length: int, segments: int) -> tuple[int, ...]:
     return tuple(range(0, size * (segments - 1) + 1, size))
 
 
+_CANDIDATES = ProfileCache()
+
+
+def _all_counts(profile: ChainProfile) -> tuple[list[Candidate], dict[tuple[int, ...], int]]:
+    """Every segment count's segmentation with its closed-form cost, computed once per profile."""
+
+    def compute():
+        by_starts: dict[tuple[int, ...], int] = {}
+        for k in range(1, profile.length + 1):
+            by_starts.setdefault(torch_segment_starts(profile.length, k), k)
+        return evaluate(profile, list(by_starts)), by_starts
+
+    return _CANDIDATES.get(profile, "counts", compute)
+
+
+def choose(profile: ChainProfile, budget: int) -> tuple[int, ...] | None:
+    """The segment starts :func:`solve` returns at ``budget`` bytes (no ``segments`` option), or None."""
+    return pick(_all_counts(require_chain(profile, NAME))[0], budget)[0]
+
+
 def solve(profile: ChainProfile, budget: int, segments: int | None = None) -> Schedule:
     """The fastest torch-style segmentation within ``budget`` bytes (or exactly ``segments`` segments)."""
     profile = require_chain(profile, NAME)
     n = profile.length
-    choices = [segments] if segments is not None else list(range(1, n + 1))
-    by_starts = {torch_segment_starts(n, k): k for k in choices}
-    starts, min_peak = best_segmentation(profile, list(by_starts), budget)
+    if segments is None:
+        candidates, by_starts = _all_counts(profile)
+        starts, min_peak = pick(candidates, budget)
+    else:
+        by_starts = {torch_segment_starts(n, segments): segments}
+        starts, min_peak = best_segmentation(profile, list(by_starts), budget)
     if starts is None:
         detail = f"with {segments} segments" if segments is not None else "over every segment count 1..n"
         raise InfeasibleBudgetError(NAME, budget, min_peak, detail)
@@ -59,4 +82,5 @@ STRATEGY = Strategy(
     solve=solve,
     options=("segments",),
     reference="torch.utils.checkpoint.checkpoint_sequential",
+    choose=choose,
 )

@@ -23,6 +23,11 @@ def store_all_peak(profile: ChainProfile) -> int:
     return simulate(profile, store_all_ops(profile), timeline=False).peak_memory
 
 
+def choose(profile: ChainProfile, budget: int) -> str | None:
+    """``"all"`` if store-all fits ``budget`` bytes, else None."""
+    return "all" if store_all_peak(require_chain(profile, NAME)) <= budget else None
+
+
 def solve(profile: ChainProfile, budget: int) -> Schedule:
     """Store everything; raise if the budget (bytes) is below the store-all peak."""
     profile = require_chain(profile, NAME)
@@ -38,4 +43,5 @@ STRATEGY = Strategy(
     kind="chain",
     description="no checkpointing: record every forward, fastest, most memory",
     solve=solve,
+    choose=choose,
 )

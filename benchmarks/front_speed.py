@@ -1,0 +1,178 @@
+"""Speed of the whole ``remat pareto`` command on random chains, next to the DP front alone.
+
+For each chain length (random chains from tests/test_optimal_kernel.py's generator, the one the
+issue's numbers came from: arbitrary byte sizes, transients on some stages, fixed seed) this
+runs, in the same run and each in its own subprocess:
+
+* ``pareto``: ``python -m remat pareto chain.json -o front.png --csv front.csv`` with the default
+  strategies (every chain strategy), end to end: start-up, numba's cached code, the multi-scale DP
+  front, every baseline's sweep, the CSV and the PNG;
+* ``front``: :func:`remat.solver.optimal.optimal_front` alone (after loading the compiled kernel);
+* ``phases``: :func:`remat.solver.pareto.chain_front`'s parts timed one by one in one process
+  (the DP front, then each baseline's sweep), to show where the time goes.
+
+From the CSV it checks the acceptance items: the front's least memory is at most every
+baseline's, and every baseline point is dominated by an optimal point (one with no more memory
+and no more time). Wall-clock and CPU seconds are both printed (CPU is the steadier guide on a
+shared machine). Usage: ``python benchmarks/front_speed.py [--sizes 100,400,1000] [--seed 0]``;
+prints a table and writes benchmarks/results/front_speed.json with the machine it ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib.util
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from solver_speed import machine  # noqa: E402
+
+from remat.schedules import save_profile  # noqa: E402
+
+
+def random_chain(n: int, seed: int):
+    """tests/test_optimal_kernel.py's random chain (unit = 1 byte)."""
+    spec = importlib.util.spec_from_file_location("kernel_tests", ROOT / "tests" / "test_optimal_kernel.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.random_chain(n, seed, 1)
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _timed(command: list[str]) -> tuple[float, float, str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    start, cpu = time.perf_counter(), _children_cpu()
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr}")
+    return time.perf_counter() - start, _children_cpu() - cpu, done.stdout
+
+
+def part_front(path: str) -> dict:
+    from remat.schedules import load_profile
+    from remat.solver.optimal import optimal_front
+    from remat.solver.optimal_table import build_table
+    from remat.solver.store_all import store_all_peak
+
+    profile = load_profile(path)
+    build_table(profile, max(1, store_all_peak(profile)), 2)  # load the compiled kernel first
+    start, cpu = time.perf_counter(), time.process_time()
+    front = optimal_front(profile)
+    return {"front_s": time.perf_counter() - start, "front_cpu_s": time.process_time() - cpu, "points": len(front)}
+
+
+def part_phases(path: str) -> dict:
+    from remat.schedules import load_profile
+    from remat.solver import strategy_names
+    from remat.solver.optimal import optimal_front
+    from remat.solver.pareto import budget_sweep, sweep_strategy
+    from remat.solver.store_all import store_all_peak
+
+    profile = load_profile(path)
+    phases = {}
+    start = time.process_time()
+    front = optimal_front(profile)
+    phases["optimal"] = time.process_time() - start
+    low = min(p.peak_memory for p in front)
+    budgets = budget_sweep(max(profile.input_size, low // 2), store_all_peak(profile), 24)
+    for name in strategy_names("chain"):
+        if name != "optimal":
+            start = time.process_time()
+            sweep_strategy(profile, name, budgets)
+            phases[name] = time.process_time() - start
+    return {"phases_cpu_s": phases}
+
+
+def check_front(csv_path: str) -> dict:
+    """Least memory per strategy, and baseline points that no optimal point dominates."""
+    with open(csv_path) as handle:
+        rows = list(csv.DictReader(handle))
+    points = [(r["strategy"], int(r["peak_memory"]), float(r["compute_ms"])) for r in rows]
+    optimal = [(m, t) for s, m, t in points if s == "optimal"]
+    least = {}
+    for name, memory, _ in points:
+        least[name] = min(least.get(name, memory), memory)
+    undominated = [
+        (name, memory, ms)
+        for name, memory, ms in points
+        if name != "optimal" and not any(m <= memory and t <= ms * (1 + 1e-9) for m, t in optimal)
+    ]
+    return {
+        "least_memory": least,
+        "front_least_is_least": all(least["optimal"] <= v for v in least.values()),
+        "baseline_points": sum(1 for name, _, _ in points if name != "optimal"),
+        "baseline_points_not_dominated": len(undominated),
+        "not_dominated": undominated[:10],
+    }
+
+
+def run_size(n: int, seed: int, work: Path) -> dict:
+    profile = random_chain(n, seed)
+    path = work / f"chain{n}.json"
+    save_profile(profile, path)
+    png, table = work / f"front{n}.png", work / f"front{n}.csv"
+    wall, cpu, _ = _timed([sys.executable, "-m", "remat", "pareto", str(path), "-o", str(png), "--csv", str(table)])
+    row = {"stages": n, "seed": seed, "pareto_s": wall, "pareto_cpu_s": cpu, "png_written": png.exists()}
+    for part in ("front", "phases"):
+        _, _, out = _timed([sys.executable, __file__, "--part", part, "--path", str(path)])
+        row.update(json.loads(out.strip().splitlines()[-1]))
+    row.update(check_front(str(table)))
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100,400,1000")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--part", choices=("front", "phases"), help=argparse.SUPPRESS)
+    parser.add_argument("--path", help=argparse.SUPPRESS)
+    parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "front_speed.json"))
+    args = parser.parse_args(argv)
+    if args.part:
+        print(json.dumps((part_front if args.part == "front" else part_phases)(args.path)))
+        return 0
+    info = machine()
+    header = (
+        f"{'stages':>6} {'pareto s':>9} {'(cpu)':>7} {'DP front s':>10} {'(cpu)':>7} "
+        f"{'least: front':>12} {'others':>8} {'undominated':>11}"
+    )
+    print(header)
+    print("-" * len(header))
+    rows = []
+    with tempfile.TemporaryDirectory() as work:
+        for n in (int(x) for x in args.sizes.split(",") if x):
+            row = run_size(n, args.seed, Path(work))
+            rows.append(row)
+            others = min(v for k, v in row["least_memory"].items() if k != "optimal")
+            print(
+                f"{n:>6} {row['pareto_s']:>9.2f} {row['pareto_cpu_s']:>7.2f} {row['front_s']:>10.2f} "
+                f"{row['front_cpu_s']:>7.2f} {row['least_memory']['optimal']:>12} {others:>8} "
+                f"{row['baseline_points_not_dominated']:>5} / {row['baseline_points']:<4}"
+            )
+            phases = ", ".join(f"{k} {v:.2f}" for k, v in row["phases_cpu_s"].items())
+            print(f"       CPU s by phase: {phases}")
+    info["load_average_at_end"] = list(os.getloadavg())
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    with open(args.output, "w") as handle:
+        json.dump({"benchmark": "front_speed", "machine": info, "results": rows}, handle, indent=1)
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,120 @@
+"""The chain simulator's arithmetic, compiled: peak, step time and validity of a chain op list
+held in integer arrays, with no timeline and no messages.
+
+It follows :func:`remat.schedules.simulator.simulate_chain` (the reference, which also builds the
+timeline and words every error) step for step: the same state, the same checks, the float64 times
+added in the same order, so results are identical (tests/test_fast_chain.py checks both on random
+valid and invalid schedules). :func:`simulate_chain` calls it for long op lists when no timeline is
+asked for; on any invalid op it reruns the reference to get the error message.
+
+Op codes: 0 ``F_ck``, 1 ``F_n``, 2 ``F_all``, 3 ``B``. Units: bytes (int64: the caller keeps every
+total below 2**62) and milliseconds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from remat.schedules.jit import njit_cached
+
+CODES = {"F_ck": 0, "F_n": 1, "F_all": 2, "B": 3}
+
+
+@njit_cached
+def chain_costs(kinds, indices, act, saved, fo, fn, bo, fms, bms):  # pragma: no cover - compiled
+    """Return ``(valid, peak, compute_ms, recompute_ms)``; ``valid`` is False at the first op the
+    reference simulator would reject (the other values are then meaningless)."""
+    n = saved.shape[0]
+    a_held = np.zeros(n + 1, dtype=np.bool_)
+    abar_held = np.zeros(n + 1, dtype=np.bool_)
+    runs = np.zeros(n, dtype=np.int64)
+    a_held[0] = True
+    memory = act[0]
+    peak = memory
+    compute = 0.0
+    next_backward = n - 1
+    for position in range(kinds.shape[0]):
+        op = kinds[position]
+        i = indices[position]
+        if i < 0 or i >= n or next_backward < 0:
+            return False, peak, compute, 0.0
+        before = memory
+        if op <= 2:
+            if op == 1 and not a_held[i]:
+                return False, peak, compute, 0.0
+            if not (a_held[i] or abar_held[i]):
+                return False, peak, compute, 0.0
+            if op == 2:
+                if abar_held[i + 1]:
+                    return False, peak, compute, 0.0
+                added = saved[i]
+                transient = fo[i]
+                abar_held[i + 1] = True
+            else:
+                if a_held[i + 1]:
+                    return False, peak, compute, 0.0
+                added = act[i + 1]
+                transient = fn[i]
+                a_held[i + 1] = True
+            op_peak = before + added + transient
+            memory = before + added
+            if op == 1 and i != 0:
+                a_held[i] = False
+                memory -= act[i]
+            compute += fms[i]
+            runs[i] += 1
+        elif op == 3:
+            if i != next_backward:
+                return False, peak, compute, 0.0
+            if i == n - 1:
+                memory += act[n]
+                before = memory
+            if not abar_held[i + 1] or not (a_held[i] or abar_held[i]):
+                return False, peak, compute, 0.0
+            op_peak = before + act[i] + bo[i]
+            memory = before + act[i] - saved[i] - act[i + 1]
+            abar_held[i + 1] = False
+            if a_held[i] and i != 0:
+                a_held[i] = False
+                memory -= act[i]
+            compute += bms[i]
+            next_backward -= 1
+        else:
+            return False, peak, compute, 0.0
+        if op_peak > peak:
+            peak = op_peak
+    if next_backward >= 0:
+        return False, peak, compute, 0.0
+    recompute = 0.0
+    for i in range(n):
+        recompute += (runs[i] - 1) * fms[i]
+    return True, peak, compute, recompute
+
+
+def profile_arrays(profile) -> tuple[np.ndarray, ...] | None:
+    """``(act, saved, fo, fn, bo, fms, bms)`` of a chain, or None when its sizes could overflow
+    int64 arithmetic (then only the reference simulator, in Python integers, is used)."""
+    stages = profile.stages
+    act = [profile.activation_size(i) for i in range(profile.length + 1)]
+    total = sum(act) + sum(s.saved_size + s.forward_overhead + s.nograd_overhead + s.backward_overhead for s in stages)
+    if total >= 1 << 62:
+        return None
+    return (
+        np.array(act, dtype=np.int64),
+        np.array([s.saved_size for s in stages], dtype=np.int64),
+        np.array([s.forward_overhead for s in stages], dtype=np.int64),
+        np.array([s.nograd_overhead for s in stages], dtype=np.int64),
+        np.array([s.backward_overhead for s in stages], dtype=np.int64),
+        np.array([s.forward_ms for s in stages], dtype=np.float64),
+        np.array([s.backward_ms for s in stages], dtype=np.float64),
+    )
+
+
+def encode(ops) -> tuple[np.ndarray, np.ndarray] | None:
+    """Op codes and indices as arrays, or None if some op has no code or an index past int64."""
+    try:
+        kinds = np.fromiter((CODES.get(name, -1) for name, _ in ops), dtype=np.int64, count=len(ops))
+        indices = np.fromiter((index for _, index in ops), dtype=np.int64, count=len(ops))
+    except (OverflowError, TypeError, ValueError):
+        return None
+    return kinds, indices

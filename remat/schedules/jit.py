@@ -1,0 +1,57 @@
+"""``njit_cached``: numba's ``njit(cache=True)`` that still works where no cache can be written.
+
+numba caches compiled code next to the source (``__pycache__``) or in the user's cache
+directory. In a read-only install with no writable home, ``njit(cache=True)`` raises at
+decoration time ("cannot cache function ...: no locator available"), which would make every
+import of a compiled module fail. Then a private cache directory under the system's temporary
+directory is tried (created for this user only, mode 0700, and used only if this user owns it),
+and if that is not possible either the function is compiled without a cache (a few seconds per
+process instead of once per machine).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+
+def _private_cache_dir() -> str | None:
+    """A per-user directory under the temporary directory, or None if it cannot be made safe."""
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    path = os.path.join(tempfile.gettempdir(), f"remat-numba-cache-{uid}")
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        info = os.stat(path)
+        # another user's directory could hold planted cache files: use only our own, private one
+        if hasattr(os, "getuid") and (info.st_uid != uid or info.st_mode & 0o077):
+            return None
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError:
+        return None
+    return path
+
+
+def njit_cached(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``numba.njit(cache=True)(function)``, falling back to a private temporary cache directory,
+    then to an uncached compile, when numba finds no place to write its cache."""
+    from numba import config, njit
+
+    try:
+        return njit(cache=True)(function)
+    except RuntimeError as error:
+        if "cannot cache" not in str(error):
+            raise
+    fallback = _private_cache_dir()
+    if fallback is not None:
+        previous = config.CACHE_DIR
+        config.CACHE_DIR = fallback
+        try:
+            return njit(cache=True)(function)
+        except RuntimeError as error:
+            if "cannot cache" not in str(error):
+                raise
+        finally:
+            config.CACHE_DIR = previous
+    return njit(function)
