@@ -236,15 +236,11 @@ class Plan:
     prelude: tuple[fx.Node, ...]
     stages: tuple[tuple[fx.Node, ...], ...]
     names: tuple[str, ...]
-    output: fx.Node
+    handoffs: tuple[fx.Node, ...]  # the value each stage hands to the next; the last one's is the output
 
     @property
-    def cut_nodes(self) -> tuple[fx.Node, ...]:
-        """The node whose value each stage hands to the next (the last stage's: the output)."""
-        return tuple(self._stage_output(k) for k in range(len(self.stages)))
-
-    def _stage_output(self, k: int) -> fx.Node:
-        return self.output if k == len(self.stages) - 1 else self.stages[k][-1]
+    def output(self) -> fx.Node:
+        return self.handoffs[-1]
 
 
 def _output_node(gm: fx.GraphModule) -> fx.Node:
@@ -275,11 +271,15 @@ def _classify(gm: fx.GraphModule, sources: dict[fx.Node, Source], chain_input: f
     return stage
 
 
-def _cuttable(node: fx.Node) -> bool:
+def _cuttable(node: fx.Node, k: int, position: dict[fx.Node, int]) -> bool:
+    """A stage may end on ``node`` after position ``k``: a float tensor, not a view, and not
+    changed in place later (the next stage would change its own input, a leaf that requires grad)."""
     value = _example(node)
     if not isinstance(value, torch.Tensor) or not value.is_floating_point() or _name(node) in _VIEW_NAMES:
         return False
-    return not any(mutates(user) and user.args and user.args[0] is node for user in node.users)
+    return not any(
+        mutates(user) and user.args and user.args[0] is node and position.get(user, -1) > k for user in node.users
+    )
 
 
 def _context_depths(nodes: Sequence[fx.Node]) -> list[int]:
@@ -297,31 +297,33 @@ def _context_depths(nodes: Sequence[fx.Node]) -> list[int]:
     return depths
 
 
-def _cut_positions(order: list[fx.Node], output: fx.Node, chain_input: fx.Node, input_held: bool) -> list[int]:
-    """Positions k (cut after order[k]) where order[k] is the only stage value still needed."""
+def _cut_positions(
+    order: list[fx.Node], output: fx.Node, chain_input: fx.Node, input_held: bool
+) -> list[tuple[int, fx.Node]]:
+    """Cuts ``(k, v)``: after ``order[k]``, ``v`` is the only stage value still needed (``v`` is
+    ``order[k]`` or a value that ``order[k]`` or an earlier node changed in place)."""
     position = {n: k for k, n in enumerate(order)}
     end = len(order)
-    crossing = [0] * (end + 1)  # crossing[k]: values defined at or before k and used after k
-
-    def add_interval(defined: int, last: int) -> None:
-        if last > defined:
-            crossing[max(defined, 0)] += 1
-            crossing[last] -= 1
-
+    closing: dict[int, list[fx.Node]] = {}
+    last_use: dict[fx.Node, int] = {}
     for node in order:
         uses = [position[u] for u in node.users if u in position]
-        last = end if node is output else max(uses, default=position[node])
-        add_interval(position[node], last)
+        last_use[node] = end if node is output else max(uses, default=position[node])
+        closing.setdefault(last_use[node], []).append(node)
+    held_until = -1
     if not input_held:  # the chain input is an activation like any other: it must not cross a cut
-        uses = [position[u] for u in chain_input.users if u in position]
-        if uses:
-            add_interval(0, max(uses))
+        held_until = max((position[u] for u in chain_input.users if u in position), default=-1)
     depths = _context_depths(order)
-    cuts, running = [], 0
+    open_values: set[fx.Node] = set()
+    cuts = []
     for k in range(end - 1):
-        running += crossing[k]
-        if running == 1 and depths[k] == 0 and _cuttable(order[k]) and order[k] is not output:
-            cuts.append(k)
+        if last_use[order[k]] > k:
+            open_values.add(order[k])
+        open_values.difference_update(closing.get(k, ()))
+        if len(open_values) == 1 and depths[k] == 0 and k >= held_until:
+            (value,) = open_values
+            if value is not output and _cuttable(value, k, position):
+                cuts.append((k, value))
     return cuts
 
 
@@ -360,22 +362,26 @@ def _piece_name(nodes: Sequence[fx.Node], last: bool) -> str:
     return "loss" if last else "root"
 
 
-def _merge_by_name(pieces: list[list[fx.Node]]) -> tuple[list[list[fx.Node]], list[str]]:
+def _merge_by_name(pieces: list[list[fx.Node]]) -> tuple[list[list[fx.Node]], list[str], list[int]]:
+    """Neighbouring pieces with one name become one stage; also returns each stage's last piece."""
     names = [_piece_name(p, k == len(pieces) - 1) for k, p in enumerate(pieces)]
     stages: list[list[fx.Node]] = []
     merged_names: list[str] = []
-    for piece, name in zip(pieces, names, strict=True):
+    last_piece: list[int] = []
+    for k, (piece, name) in enumerate(zip(pieces, names, strict=True)):
         if merged_names and merged_names[-1] == name:
             stages[-1].extend(piece)
+            last_piece[-1] = k
         else:
             stages.append(list(piece))
             merged_names.append(name)
+            last_piece.append(k)
     seen: dict[str, int] = {}
     unique = []
     for name in merged_names:
         seen[name] = seen.get(name, 0) + 1
         unique.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
-    return stages, unique
+    return stages, unique, last_piece
 
 
 def plan(step: TrainingStep, gm: fx.GraphModule, examples: list[Any], leaves: list[Any], input_index: int) -> Plan:
@@ -392,10 +398,13 @@ def plan(step: TrainingStep, gm: fx.GraphModule, examples: list[Any], leaves: li
     prelude = tuple(n for n in gm.graph.nodes if n.op in ("call_function", "call_method") and not stage[n])
     input_held = not sources[chain_input].trainable
     cuts = _cut_positions(order, output, chain_input, input_held)
-    bounds = [-1, *cuts, len(order) - 1]
+    bounds = [-1, *(k for k, _ in cuts), len(order) - 1]
     pieces = [order[a + 1 : b + 1] for a, b in zip(bounds, bounds[1:], strict=False)]
-    stages, names = _merge_by_name(pieces)
-    return Plan(gm, sources, chain_input, prelude, tuple(map(tuple, stages)), tuple(names), output)
+    handoffs = [v for _, v in cuts] + [output]
+    stages, names, kept = _merge_by_name(pieces)
+    return Plan(
+        gm, sources, chain_input, prelude, tuple(map(tuple, stages)), tuple(names), tuple(handoffs[k] for k in kept)
+    )
 
 
 class _Context:
@@ -499,8 +508,8 @@ class CutChain(Chain):
         self.context = _Context()
         stages = []
         for k, nodes in enumerate(plan_.stages):
-            first = plan_.chain_input if k == 0 else plan_.stages[k - 1][-1]
-            out = plan_.output if k == len(plan_.stages) - 1 else nodes[-1]
+            first = plan_.chain_input if k == 0 else plan_.handoffs[k - 1]
+            out = plan_.handoffs[k]
             body, sides = _subgraph(plan_, nodes, first, out, side_kinds=("input",))
             stages.append((plan_.names[k], CutStage(body, sides, self.context)))
         super().__init__(stages)

@@ -133,7 +133,7 @@ def _stage_outputs(chain: Chain, run: Callable[[], torch.Tensor]) -> list[torch.
 def _locate_cut(step: TrainingStep, chain: CutChain, saved: _Saved, args: tuple, kwargs: dict, target: Any) -> str:
     """The first stage whose output differs from the traced graph's value at that point."""
     plan_ = chain.plan
-    cuts = [n.name for n in plan_.cut_nodes]
+    cuts = [n.name for n in plan_.handoffs]
     leaves = torch.utils._pytree.tree_leaves((args, kwargs, target))
     values = []
     for node in (n for n in plan_.gm.graph.nodes if n.op == "placeholder"):
@@ -196,19 +196,21 @@ def cut_model(
     return chain
 
 
-def _leaf_calls(
-    modules: list[nn.Module], run: Callable[[], Any], stages: list[nn.Module] | None = None
-) -> list[tuple[int, int, int, torch.Tensor]]:
+_Call = tuple[int, int, int, Any, torch.Tensor]
+
+
+def _leaf_calls(modules: list[nn.Module], run: Callable[[], Any], stages: list[nn.Module] | None = None) -> list[_Call]:
     """Every call of a leaf module during ``run()``: (stage running or -1, module id, how many calls
-    of that module came before, output)."""
-    calls: list[tuple[int, int, int, torch.Tensor]] = []
+    of that module came before, first input, output)."""
+    calls: list[_Call] = []
     counts: dict[int, int] = {}
     current = [-1]
 
-    def record(module: nn.Module, _inputs: Any, output: Any) -> None:
+    def record(module: nn.Module, inputs: Any, output: Any) -> None:
         if isinstance(output, torch.Tensor):
             key = id(module)
-            calls.append((current[0], key, counts.get(key, 0), output.detach().clone()))
+            first = inputs[0].detach().clone() if inputs and isinstance(inputs[0], torch.Tensor) else None
+            calls.append((current[0], key, counts.get(key, 0), first, output.detach().clone()))
             counts[key] = counts.get(key, 0) + 1
 
     def enter(index: int) -> Callable[..., None]:
@@ -229,18 +231,27 @@ def _leaf_calls(
 
 
 def _locate_chain(holder: nn.Module, model: nn.Module, chain: Chain, x: torch.Tensor, saved: _Saved) -> str:
-    """The first stage whose last leaf-module call differs from the same call in ``model(x)``."""
+    """The first stage that hands on a value the model does not compute there: its last leaf-module
+    call's output, or the input of the next stage's first call, differs from the same call (same
+    module, same call number) in ``model(x)``."""
     leaves = [m for m in holder.modules() if not list(m.children())]
     saved.reset()
-    original = {(key, count): value for _, key, count, value in _leaf_calls(leaves, lambda: model(x))}
+    original = {(key, count): (arg, out) for _, key, count, arg, out in _leaf_calls(leaves, lambda: model(x))}
     saved.reset()
-    last: dict[int, tuple[int, int, torch.Tensor]] = {}
-    for stage, key, count, value in _leaf_calls(leaves, lambda: chain(x), list(chain.stages)):
-        last[stage] = (key, count, value)
+    first: dict[int, _Call] = {}
+    last: dict[int, _Call] = {}
+    for call in _leaf_calls(leaves, lambda: chain(x), list(chain.stages)):
+        first.setdefault(call[0], call)
+        last[call[0]] = call
+    missing = (None, None)
     for index, name in enumerate(chain.names):
+        if index in first and index > 0:
+            _, key, count, arg, _ = first[index]
+            if not _same(original.get((key, count), missing)[0], arg):
+                return f"stage '{chain.names[index - 1]}'"
         if index in last:
-            key, count, value = last[index]
-            if not _same(original.get((key, count)), value):
+            _, key, count, _, out = last[index]
+            if not _same(original.get((key, count), missing)[1], out):
                 return f"stage '{name}'"
     return f"stage '{chain.names[-1]}'"
 
