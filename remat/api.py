@@ -64,6 +64,15 @@ class RematModel(nn.Module):
     def forward(self, *args: Any, target: Any = None, **kwargs: Any) -> torch.Tensor:
         return self.replay(self.chain.bind(*args, target=target, **kwargs))
 
+    def with_budget(self, budget: int | float | str, strategy: str | None = None) -> RematModel:
+        """The same model, profile and example, solved again for another ``budget`` (no re-profiling)."""
+        from remat.solver.registry import solve
+        from remat.solver.store_all import store_all_peak
+
+        bytes_ = resolve_budget(budget, store_all_peak(self.profile))
+        schedule = solve(self.profile, bytes_, strategy or self.schedule.strategy)
+        return RematModel(self.chain, schedule, self.profile, self._example)
+
     def report(self, steps: int = 3, warmup: int = 1) -> Any:
         """Predicted vs measured peak memory (bytes) and step time (ms) on the example input
         (:func:`remat.executor.measure.compare`); print it with ``.table()``."""

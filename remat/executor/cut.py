@@ -29,6 +29,7 @@ the model by :func:`remat.executor.proof.prove_cut` before it is returned.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import operator
@@ -242,6 +243,13 @@ class Plan:
     def output(self) -> fx.Node:
         return self.handoffs[-1]
 
+    def merged(self, k: int) -> Plan:
+        """This plan with stages ``k`` and ``k + 1`` made one (named as the later one)."""
+        stages = (*self.stages[:k], self.stages[k] + self.stages[k + 1], *self.stages[k + 2 :])
+        names = (*self.names[:k], self.names[k + 1], *self.names[k + 2 :])
+        handoffs = (*self.handoffs[:k], *self.handoffs[k + 1 :])
+        return dataclasses.replace(self, stages=stages, names=names, handoffs=handoffs)
+
 
 def _output_node(gm: fx.GraphModule) -> fx.Node:
     out = next(n for n in gm.graph.nodes if n.op == "output")
@@ -322,7 +330,10 @@ def _cut_positions(
         open_values.difference_update(closing.get(k, ()))
         if len(open_values) == 1 and depths[k] == 0 and k >= held_until:
             (value,) = open_values
-            if value is not output and _cuttable(value, k, position):
+            # a piece must compute the value it hands on: nodes that read nothing of the previous
+            # piece (a buffer's in-place counter update) join the piece after them
+            fresh = not cuts or cuts[-1][1] is not value
+            if fresh and value is not output and _cuttable(value, k, position):
                 cuts.append((k, value))
     return cuts
 
@@ -347,7 +358,9 @@ def _piece_name(nodes: Sequence[fx.Node], last: bool) -> str:
     paths = [module_path(n) for n in nodes if n.op in ("call_function", "call_method", "call_module")]
     prefix = _common_prefix(paths)
     parts = prefix.split(".") if prefix else []
-    index = next((k for k, p in enumerate(parts) if p.isdigit()), None)
+    # a block is an index below a named container (layer2.1, h.3); a leading index is only the
+    # position in a top-level Sequential
+    index = next((k for k in range(1, len(parts)) if parts[k].isdigit() and not parts[k - 1].isdigit()), None)
     if index is not None:
         return ".".join(parts[: index + 1])
     if prefix and all(p != prefix for p in paths if p):
@@ -574,13 +587,37 @@ def first_tensor_index(leaves: list[Any]) -> int:
     return index
 
 
+def _aliasing_stage(chain: CutChain, x: torch.Tensor) -> int | None:
+    """The first stage whose output shares storage with its input or a parameter/buffer (dropout
+    with p=0 returns its input): such a stage cannot stand alone (the chain model needs a new a_i+1)."""
+    with torch.no_grad():
+        for k, stage in enumerate(chain.stages):
+            held = {t.untyped_storage().data_ptr() for t in (*stage.parameters(), *stage.buffers())}
+            held.add(x.untyped_storage().data_ptr())
+            out = stage(x)
+            if out.untyped_storage().data_ptr() in held:
+                return k
+            x = out
+    return None
+
+
 def cut_step(step: TrainingStep, args: tuple, kwargs: dict, target: Any = None) -> CutChain:
-    """Trace ``step`` on the example and cut it (not yet proven: see :func:`remat.executor.proof.cut_model`)."""
+    """Trace ``step`` on the example and cut it (not yet proven: see :func:`remat.executor.proof.cut_model`).
+
+    The caller saves and restores the model's state (the trace and the aliasing check run it)."""
     leaves, spec = pytree.tree_flatten((args, kwargs, target))
     input_index = first_tensor_index(leaves)
     gm, examples = trace(step, args, kwargs, target)
     plan_ = plan(step, gm, examples, leaves, input_index)
-    return CutChain(plan_, _leaf_check(leaves, spec), input_index)
+    check = _leaf_check(leaves, spec)
+    chain = CutChain(plan_, check, input_index)
+    while len(plan_.stages) > 1:
+        k = _aliasing_stage(chain, chain.bind(*args, target=target, **kwargs))
+        if k is None:
+            break
+        plan_ = plan_.merged(min(k, len(plan_.stages) - 2))
+        chain = CutChain(plan_, check, input_index)
+    return chain
 
 
 __all__ = ["CutChain", "CutStage", "Plan", "TrainingStep", "cut_step", "module_path", "mutates", "reduce_output"]
