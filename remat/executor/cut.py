@@ -351,12 +351,16 @@ def _common_prefix(paths: list[str]) -> str:
     return ".".join(prefix)
 
 
-def _piece_name(nodes: Sequence[fx.Node], last: bool) -> str:
+def _piece_name(nodes: Sequence[fx.Node], last: bool, owned: Callable[[fx.Node], bool]) -> str:
     """The module path that owns a piece: a block (``layer2.1``, ``transformer.h.3``: the path up to
     its first index) when the piece lies in one, else the common path of its nodes (a range of
     children such as ``features.0-1`` when all of them lie below it)."""
-    paths = [module_path(n) for n in nodes if n.op in ("call_function", "call_method", "call_module")]
+    computed = [n for n in nodes if n.op in ("call_function", "call_method", "call_module")]
+    paths = [module_path(n) for n in computed]
     prefix = _common_prefix(paths)
+    if not prefix:  # spans top-level modules: name it by those whose weights it uses, if any
+        paths = [module_path(n) for n in computed if owned(n)] or paths
+        prefix = _common_prefix(paths)
     parts = prefix.split(".") if prefix else []
     # a block is an index below a named container (layer2.1, h.3); a leading index is only the
     # position in a top-level Sequential
@@ -375,9 +379,11 @@ def _piece_name(nodes: Sequence[fx.Node], last: bool) -> str:
     return "loss" if last else "root"
 
 
-def _merge_by_name(pieces: list[list[fx.Node]]) -> tuple[list[list[fx.Node]], list[str], list[int]]:
+def _merge_by_name(
+    pieces: list[list[fx.Node]], owned: Callable[[fx.Node], bool]
+) -> tuple[list[list[fx.Node]], list[str], list[int]]:
     """Neighbouring pieces with one name become one stage; also returns each stage's last piece."""
-    names = [_piece_name(p, k == len(pieces) - 1) for k, p in enumerate(pieces)]
+    names = [_piece_name(p, k == len(pieces) - 1, owned) for k, p in enumerate(pieces)]
     stages: list[list[fx.Node]] = []
     merged_names: list[str] = []
     last_piece: list[int] = []
@@ -414,7 +420,8 @@ def plan(step: TrainingStep, gm: fx.GraphModule, examples: list[Any], leaves: li
     bounds = [-1, *(k for k, _ in cuts), len(order) - 1]
     pieces = [order[a + 1 : b + 1] for a, b in zip(bounds, bounds[1:], strict=False)]
     handoffs = [v for _, v in cuts] + [output]
-    stages, names, kept = _merge_by_name(pieces)
+    weights = {n for n, s in sources.items() if s.kind in ("param", "buffer")}
+    stages, names, kept = _merge_by_name(pieces, lambda n: any(d in weights for d in n.all_input_nodes))
     return Plan(
         gm, sources, chain_input, prelude, tuple(map(tuple, stages)), tuple(names), tuple(handoffs[k] for k in kept)
     )
