@@ -153,6 +153,16 @@ def _locate_cut(step: TrainingStep, chain: CutChain, saved: _Saved, args: tuple,
     for name, node, value in zip(chain.names, cuts, got, strict=True):
         if value is None or not _same(recorder.kept.get(node), value):
             return f"stage '{name}'"
+    saved.reset()
+    traced_step = one_step(step, lambda: torch.utils._pytree.tree_leaves(plan_.gm(*values))[0])
+    saved.reset()
+    eager_step = one_step(step, lambda: step(args, kwargs, target))
+    if _first_difference(step, eager_step, traced_step) is not None:
+        return (
+            "the traced program itself: TorchDynamo's graph takes another code path than the eager model, with"
+            " equal outputs but other gradients (Hugging Face models do so when no token is padded: eager then"
+            " skips the causal mask and the trace cannot; give the model remat_stages() to cut it by hand)"
+        )
     return f"stage '{chain.names[-1]}' (its backward)"
 
 
