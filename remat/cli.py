@@ -256,7 +256,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
             model,
             example_inputs=x,
             device=device,
-            dtype=str(x.dtype).replace("torch.", ""),
+            dtype=args.dtype,  # the model's dtype; integer inputs (token ids) keep theirs
             time_source=args.time_source,
             name=name,
             repeats=args.repeats,

@@ -164,3 +164,13 @@ def test_cli_profiles_a_token_model_built_from_a_config(tmp_path, capsys):
     assert main([*argv, "--input-dtype", "int64", "--input-range", "9,3", "-o", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--input-range" in err
+
+
+def test_graph_profile_of_a_hugging_face_model_says_in_one_line_what_to_use(tmp_path, capsys):
+    from remat.cli import main
+
+    config = f"n_layer=2,n_embd=32,n_head=2,vocab_size={VOCAB}"
+    argv = ["profile", "--graph", "--model", "transformers:gpt2", "--config", config, "--input-shape", "2,8"]
+    assert main([*argv, "--input-dtype", "int64", "-o", str(tmp_path / "g.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "without --graph" in err
