@@ -16,12 +16,12 @@ from remat.executor.hub import build_library_model, parse_config
 from remat.solver.optimal import minimum_budget
 from remat.solver.store_all import store_all_peak
 
-transformers = pytest.importorskip("transformers")
-timm = pytest.importorskip("timm")
-try:
+try:  # first: timm and transformers import torchvision (remat/executor/compat.py)
     torchvision = import_torchvision()
 except ModuleNotFoundError:
     pytest.skip("torchvision is not installed (.ci/run installs it)", allow_module_level=True)
+transformers = pytest.importorskip("transformers")
+timm = pytest.importorskip("timm")
 
 VOCAB = 64
 
