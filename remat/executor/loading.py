@@ -172,26 +172,30 @@ def build(
 def chain_for(model: nn.Module, x: torch.Tensor) -> nn.Module:
     """``model`` as a chain proven equal to it on ``x`` (docs/models.md).
 
-    A model that states its stages (``remat_stages()``, ``nn.Sequential``, a module list) is cut
-    there; any other model is cut from its traced forward (:mod:`remat.executor.cut`), and only
-    when that trace fails by the name-based hints of :func:`remat.executor.chain.as_chain`. Every
-    chain is proven equal to the model, or refused with a one-line error.
+    The stages a model states (``remat_stages()``, ``nn.Sequential``, a module list) or that a
+    name-based hint of :func:`remat.executor.chain.as_chain` finds are used when the proof shows
+    them equal to the model; a stated cut that differs is refused. Any other model, or one whose
+    hinted cut differs (timm's ``act1`` stem, say), is cut from its traced forward
+    (:mod:`remat.executor.cut`), which is proven too. Errors are one line.
     """
     from remat.executor.chain import Chain, as_chain
     from remat.executor.proof import cut_model, prove_chain
 
-    if isinstance(model, (Chain, nn.Sequential, nn.ModuleList)) or hasattr(model, "remat_stages"):
-        chain = as_chain(model)
-        prove_chain(model, chain, x)
-        return chain
+    stated = isinstance(model, (Chain, nn.Sequential, nn.ModuleList)) or hasattr(model, "remat_stages")
     try:
-        chain = cut_model(model, (x,), {})
-    except RematError as error:
-        if "cannot trace" not in str(error):
+        hinted = as_chain(model)
+    except RematError:
+        if stated:
             raise
-        chain = as_chain(model)
-        prove_chain(model, chain, x)
-        return chain
+        hinted = None
+    if hinted is not None:
+        try:
+            prove_chain(model, hinted, x)
+            return hinted
+        except RematError:
+            if stated:
+                raise
+    chain = cut_model(model, (x,), {})
     chain.bind(x)
     return chain
 
