@@ -298,10 +298,10 @@ def _cmd_strategies(args: argparse.Namespace) -> int:
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
-    from remat.executor.loading import build, parse_dtype, parse_shape, resolve_device
+    from remat.executor.loading import build, model_options, parse_dtype, parse_shape, resolve_device
 
     device = resolve_device(args.device)
-    model, x = build(args.model, parse_shape(args.input_shape), device, parse_dtype(args.dtype))
+    model, x = build(args.model, parse_shape(args.input_shape), device, parse_dtype(args.dtype), **model_options(args))
     name = args.name or f"{args.model.split(':')[-1]}-b{x.shape[0]}-{device.type}"
     if args.graph:
         try:
@@ -314,7 +314,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
             model,
             example_inputs=x,
             device=device,
-            dtype=str(x.dtype).replace("torch.", ""),
+            dtype=args.dtype,  # the model's dtype; integer inputs (token ids) keep theirs
             time_source=args.time_source,
             name=name,
             repeats=args.repeats,
@@ -329,10 +329,11 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         )
         print(f"wrote {args.output}")
         return 0
+    from remat.executor.loading import chain_for
     from remat.executor.profiler import profile_chain
     from remat.schedules import save_profile
 
-    profile = profile_chain(model, x, name=name, repeats=args.repeats, progress=True)
+    profile = profile_chain(chain_for(model, x), x, name=name, repeats=args.repeats, progress=True)
     save_profile(profile, args.output)
     width = max(len(s.name) for s in profile.stages)
     header = ("fwd ms", "bwd ms", "output", "saved", "fwd tmp", "bwd tmp")
@@ -349,8 +350,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
 
 def _cmd_execute(args: argparse.Namespace) -> int:
-    from remat.executor.chain import as_chain
-    from remat.executor.loading import build, parse_dtype, parse_shape, resolve_device
+    from remat.executor.loading import build, chain_for, model_options, parse_dtype, parse_shape, resolve_device
     from remat.executor.measure import compare
     from remat.executor.profiler import profile_chain
     from remat.executor.replay import RematChain
@@ -359,8 +359,8 @@ def _cmd_execute(args: argparse.Namespace) -> int:
     if schedule.kind != "chain":
         return _execute_graph(args, schedule)
     device = resolve_device(args.device)
-    model, x = build(args.model, parse_shape(args.input_shape), device, parse_dtype(args.dtype))
-    chain = as_chain(model)
+    model, x = build(args.model, parse_shape(args.input_shape), device, parse_dtype(args.dtype), **model_options(args))
+    chain = chain_for(model, x)
     if args.profile:
         profile = load_profile(args.profile)
         if not isinstance(profile, ChainProfile):
@@ -405,11 +405,11 @@ def _execute_graph(args: argparse.Namespace, schedule) -> int:
     """``remat execute`` for a graph schedule: the graph replay (remat.executor.graph_replay)."""
     from remat.executor.graph_profile import profile_graph
     from remat.executor.graph_replay import GraphReplay, compare_graph
-    from remat.executor.loading import build, parse_dtype, parse_shape, resolve_device
+    from remat.executor.loading import build, model_options, parse_dtype, parse_shape, resolve_device
     from remat.schedules import GraphProfile
 
     device = resolve_device(args.device)
-    model, x = build(args.model, parse_shape(args.input_shape), device, parse_dtype(args.dtype))
+    model, x = build(args.model, parse_shape(args.input_shape), device, parse_dtype(args.dtype), **model_options(args))
     if args.profile:
         profile = load_profile(args.profile)
         if not isinstance(profile, GraphProfile):
@@ -432,7 +432,9 @@ def _execute_graph(args: argparse.Namespace, schedule) -> int:
 
 
 def _add_model_args(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--model", required=True, help="model factory as package.module:factory")
+    command.add_argument(
+        "--model", required=True, help="package.module:factory, or transformers:NAME, torchvision:NAME, timm:NAME"
+    )
     command.add_argument("--input-shape", required=True, help="input shape, e.g. 32,3,224,224 (first is the batch)")
     command.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     command.add_argument("--dtype", default="float32", help="float32 (default), float16, bfloat16, float64")
@@ -441,6 +443,9 @@ def _add_model_args(command: argparse.ArgumentParser) -> None:
         type=integer_at_least(1),
         help="CPU threads for torch (torch.set_num_threads; default: torch's own choice)",
     )
+    command.add_argument("--config", help="library model config, e.g. n_layer=2,n_embd=64 (--model transformers:gpt2)")
+    command.add_argument("--input-dtype", help="input dtype if not --dtype: int64 for token ids")
+    command.add_argument("--input-range", help="integer inputs drawn from LOW,HIGH (default 0,vocab_size)")
 
 
 def _with_threads(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

@@ -5,11 +5,16 @@ Accepted shapes, tried in this order by :func:`as_chain`:
 * a :class:`Chain` (returned as is);
 * an object with a ``remat_stages()`` method returning ``[(name, module), ...]`` (the hook for
   user models of any other shape);
-* ``nn.Sequential`` (each child is a stage), ``nn.ModuleList`` or a list/tuple of modules;
-* a ResNet-style net (torchvision layout: ``conv1 bn1 relu maxpool layer1..layer4 avgpool fc``),
+* ``nn.Sequential`` (each child is a stage; a child working in place joins the stage before it),
+  ``nn.ModuleList`` or a list/tuple of modules;
+* a ResNet-style net (torchvision layout: ``conv1 bn1 relu maxpool layer1..layer4 avgpool fc``,
+  or timm's ``act1`` for ``relu``),
   cut at its residual blocks: ``stem``, every block of every ``layerK``, ``head``;
 * a transformer-style net with a ``blocks`` (or ``layers``) ``nn.ModuleList`` and optional
   ``embed`` before it and ``norm``/``head`` after it, cut at its blocks.
+
+The name-based shapes are hints only: the CLI and :func:`remat.checkpoint` run a chain only
+after :func:`remat.executor.proof.prove_chain` showed it equal to the model (docs/models.md).
 """
 
 from __future__ import annotations
@@ -43,7 +48,26 @@ class Chain(nn.Module):
         return x
 
 
-_RESNET_STEM = ("conv1", "bn1", "relu", "maxpool")
+_RESNET_STEM = ("conv1", "bn1", "relu", "act1", "maxpool")  # act1: timm's name for the stem ReLU
+
+
+def _sequential_stages(model: nn.Sequential) -> list[tuple[str, nn.Module]]:
+    """One stage per child, except that a child working in place (``ReLU(inplace=True)``) joins
+    the stage before it: as a stage of its own it would modify its input, a leaf that requires grad
+    in a recording forward (autograd refuses that). Merged stages are named ``first-last``."""
+    groups: list[list[tuple[str, nn.Module]]] = []
+    for name, child in model.named_children():
+        if groups and getattr(child, "inplace", False) is True:
+            groups[-1].append((name, child))
+        else:
+            groups.append([(name, child)])
+    stages = []
+    for group in groups:
+        if len(group) == 1:
+            stages.append(group[0])
+        else:
+            stages.append((f"{group[0][0]}-{group[-1][0]}", nn.Sequential(*[m for _, m in group])))
+    return stages
 
 
 def _resnet_stages(model: nn.Module) -> list[tuple[str, nn.Module]] | None:
@@ -88,7 +112,7 @@ def as_chain(model: nn.Module | Sequence[nn.Module] | Chain) -> Chain:
     if hasattr(model, "remat_stages"):
         return Chain(list(model.remat_stages()))
     if isinstance(model, nn.Sequential):
-        return Chain(list(model.named_children()))
+        return Chain(_sequential_stages(model))
     if isinstance(model, (nn.ModuleList, list, tuple)):
         modules = list(model)
         for index, module in enumerate(modules):

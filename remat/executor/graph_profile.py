@@ -484,7 +484,10 @@ def trace(model: nn.Module) -> fx.GraphModule:
         return fx.symbolic_trace(model)
     except Exception as exc:  # fx raises many kinds (TraceError, TypeError, ...)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ProfileError(f"model: torch.fx cannot trace {type(model).__name__} ({first})") from exc
+        raise ProfileError(
+            f"model: torch.fx cannot trace {type(model).__name__} ({first}), so it has no graph profile; profile it as"
+            " a chain instead (remat profile without --graph, or remat.checkpoint: cut from its TorchDynamo trace)"
+        ) from exc
 
 
 def _cut(gm: fx.GraphModule, values: dict[str, Any]) -> tuple[list[list[str]], dict[str, int]]:

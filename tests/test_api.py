@@ -1,0 +1,131 @@
+"""remat.checkpoint: one call from a model and an example to a module that trains under a budget."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import remat
+from remat.api import resolve_budget
+from remat.schedules import RematError
+from remat.solver.store_all import store_all_peak
+
+
+class TokenModel(nn.Module):
+    """Token ids in, a dict out (``loss`` when labels are given): the Hugging Face calling shape."""
+
+    def __init__(self, vocab: int = 40, width: int = 24, depth: int = 4) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.layers = nn.ModuleList(
+            [nn.Sequential(nn.LayerNorm(width), nn.Linear(width, 2 * width), nn.GELU(), nn.Dropout(0.1),
+                           nn.Linear(2 * width, width)) for _ in range(depth)]
+        )  # fmt: skip
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, input_ids, labels=None):
+        h = self.embed(input_ids)
+        for layer in self.layers:
+            h = h + layer(h)
+        logits = self.head(h)
+        out = {"logits": logits}
+        if labels is not None:
+            out["loss"] = nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
+        return out
+
+
+def _grads(model: nn.Module) -> list[torch.Tensor]:
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def _plain_and_remat_grads(model, wrapped, call):
+    """Gradients of one plain step and one replayed step, from the same RNG state."""
+    for p in model.parameters():
+        p.grad = None
+    torch.manual_seed(7)
+    plain = call(model)
+    plain.backward()
+    expected = _grads(model)
+    for p in model.parameters():
+        p.grad = None
+    torch.manual_seed(7)
+    replayed = call(wrapped)
+    replayed.backward()
+    return plain, replayed, expected, _grads(model)
+
+
+def test_keyword_integer_inputs_train_exactly_like_the_model_below_store_all():
+    torch.manual_seed(0)
+    model = TokenModel().train()
+    ids = torch.randint(0, 40, (2, 12))
+    labels = torch.randint(0, 40, (2, 12))
+    wrapped = remat.checkpoint(model, {"input_ids": ids, "labels": labels}, budget=0.6, repeats=1, warmup=0)
+    assert wrapped.schedule.budget < store_all_peak(wrapped.profile)
+    assert any(op == "F_n" or op == "F_ck" for op, _ in wrapped.schedule.ops)  # it does recompute
+    plain, replayed, expected, got = _plain_and_remat_grads(
+        model, wrapped, lambda m: (m(input_ids=ids, labels=labels)["loss"] if m is model else m(input_ids=ids,
+                                                                                                  labels=labels))
+    )  # fmt: skip
+    assert torch.equal(plain, replayed)
+    assert all(torch.equal(a, b) for a, b in zip(expected, got, strict=True))
+
+
+def test_user_loss_with_a_target_is_inside_the_last_stage():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
+                          nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(inplace=True), nn.AdaptiveAvgPool2d(1),
+                          nn.Flatten(), nn.Linear(8, 5)).train()  # fmt: skip
+    x = torch.randn(2, 3, 8, 8)
+    y = torch.tensor([1, 3])
+    wrapped = remat.checkpoint(model, x, budget="95%", loss=nn.functional.cross_entropy, target=y, repeats=1, warmup=0)
+    assert wrapped.profile.stages[-1].name == "loss" or wrapped.profile.stages[-1].output_size <= 8
+    buffers_before = [b.clone() for b in model.buffers()]
+    plain, replayed, expected, got = _plain_and_remat_grads(
+        model, wrapped, lambda m: nn.functional.cross_entropy(m(x), y) if m is model else m(x, target=y)
+    )
+    assert torch.equal(plain, replayed)
+    assert all(torch.equal(a, b) for a, b in zip(expected, got, strict=True))
+    # BatchNorm statistics moved once per step in both (restore, run both, compare)
+    assert not torch.equal(buffers_before[0], model[1].running_mean)
+
+
+def test_report_puts_measured_next_to_predicted():
+    torch.manual_seed(0)
+    model = TokenModel(depth=2).train()
+    ids = torch.randint(0, 40, (2, 8))
+    wrapped = remat.checkpoint(model, {"input_ids": ids, "labels": ids.clone()}, budget=1.0, repeats=1, warmup=0)
+    report = wrapped.report(steps=1, warmup=0)
+    assert report.predicted_peak > 0 and report.measured_peak > 0
+    assert "peak" in report.table()
+
+
+def test_calls_with_another_shape_are_refused():
+    torch.manual_seed(0)
+    model = TokenModel(depth=2).train()
+    ids = torch.randint(0, 40, (2, 8))
+    wrapped = remat.checkpoint(model, {"input_ids": ids, "labels": ids.clone()}, repeats=1, warmup=0)
+    other = torch.randint(0, 40, (4, 8))
+    with pytest.raises(RematError, match="cut and profiled for"):
+        wrapped(input_ids=other, labels=other.clone())
+
+
+def test_budget_forms():
+    assert resolve_budget(1000, 4000) == 1000
+    assert resolve_budget("1KiB", 4000) == 1024
+    assert resolve_budget("25%", 4000) == 1000
+    assert resolve_budget(0.5, 4000) == 2000
+    with pytest.raises(RematError, match="fraction"):
+        resolve_budget(1.5, 4000)
+
+
+def test_an_infeasible_budget_says_the_smallest_one():
+    model = TokenModel(depth=2).train()
+    ids = torch.randint(0, 40, (2, 8))
+    with pytest.raises(RematError, match="smallest"):
+        remat.checkpoint(model, {"input_ids": ids, "labels": ids.clone()}, budget=16, repeats=1, warmup=0)
+
+
+def test_not_a_module_is_refused():
+    with pytest.raises(RematError, match="nn.Module"):
+        remat.checkpoint(lambda x: x, torch.randn(2))
