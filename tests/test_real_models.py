@@ -76,7 +76,7 @@ def densenet121() -> nn.Module:  # densenet121's code (in-place stem ReLU), two 
 def vit_b_16() -> nn.Module:
     from torchvision.models.vision_transformer import VisionTransformer
 
-    return VisionTransformer(image_size=32, patch_size=16, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64)
+    return VisionTransformer(image_size=32, patch_size=4, num_layers=4, num_heads=2, hidden_dim=32, mlp_dim=64)
 
 
 def timm_resnet50() -> nn.Module:  # timm's ResNet (stem activation named act1), bottleneck blocks
