@@ -482,6 +482,9 @@ def build_parser() -> argparse.ArgumentParser:
     execute_cmd.add_argument("--json", help="write the report JSON here")
     execute_cmd.add_argument("--plot", help="draw predicted and measured memory per op into this PNG")
     execute_cmd.set_defaults(func=_cmd_execute)
+    from remat.cli_plan import add_plan_parser
+
+    add_plan_parser(sub)
     return parser
 
 
