@@ -15,10 +15,9 @@ from remat.solver.plan import (
     ADAM_COPIES,
     PLAN_STRATEGIES,
     Fit,
+    confirmed_largest,
     fit_growth,
     fixed_bytes_auto,
-    largest_fitting,
-    mismatches,
     overhead_curve,
 )
 
@@ -83,49 +82,39 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     mode = "measured" if args.measured else "meta"
     device = resolve_device(args.device) if mode == "measured" else None
     profiler = chain_profiler(args.model, shape, dim, mode, parse_dtype(args.dtype), device)
-    growth, notes = fit_growth(profiler, points, time_rtol=None if mode == "measured" else 1e-6)
+    growth = fit_growth(profiler, points, time_rtol=None if mode == "measured" else 1e-6)
     fixed, fixed_note = _fixed(args.fixed_bytes, growth.profiles[0])
     budget = memory - fixed
     if budget <= 0:
         raise RematError(f"--fixed-bytes: {format_size(fixed)} leaves nothing of --memory {format_size(memory)}")
-    fits = {name: largest_fitting(growth, budget, allowed, name) for name in PLAN_STRATEGIES}
-    times = (
-        "times from FLOPs (meta tensors)" if mode == "meta" else f"measured on {growth.profiles[0].metadata['device']}"
-    )
-    print(f"model        {args.model}, input {args.input_shape}, varying {what}; {growth.profiles[0].length} stages")
-    print(f"profiles     {mode}: sizes exact, {times}; at {what} {', '.join(map(str, growth.points + growth.checked))}")
-    checked = f"checked against real profiles at {list(growth.checked)}"
-    print(f"growth       {growth.kind} in {what}: fitted through {list(growth.points)}, {checked} (sizes exact)")
-    for note in notes:
-        print(f"  (rejected: {note})")
+    fits = {}
+    for name in PLAN_STRATEGIES:
+        fits[name], growth = confirmed_largest(growth, profiler, budget, allowed, name)
+    first = growth.profiles[0]
+    times = "times from FLOPs (meta tensors)" if mode == "meta" else f"measured on {first.metadata['device']}"
+    print(f"model        {args.model}, input {args.input_shape}, varying {what}; {first.length} stages")
+    print(f"profiles     {mode}: sizes exact, {times}; at {what} {', '.join(map(str, growth.points))}")
+    print(f"growth       {growth.kind} in {what}, every field checked against the other profiles (sizes exact)")
+    for line in growth.describe():
+        print(f"  {line}")
     print(f"memory       {format_size(memory)} ({memory} bytes)")
     print(f"fixed        {fixed_note}")
     print(f"activations  {format_size(budget)} ({budget} bytes), at most +{100 * allowed:g}% over store-all")
     print(f"{'strategy':<10} {what:>8} {'peak':>12} {'step':>10} {'overhead':>9}")
     for fit in fits.values():
         print(_row(fit, what))
+    print(f"confirmed    each answer and the next {what} against real profiles (sizes to the byte)")
     best = fits["optimal"]
     if best.size is not None:
-        _confirm(profiler, growth, best.size, mode)
         if args.output:
             save_schedule(best.schedule, args.output)
             print(f"wrote {args.output} (optimal schedule at {what} {best.size})")
         if args.save_profile:
             save_profile(growth.profile_at(best.size), args.save_profile)
-            print(f"wrote {args.save_profile} (profile at {what} {best.size}, from the growth model)")
+            print(f"wrote {args.save_profile} (profile at {what} {best.size})")
     if args.plot:
         _plot(growth, budget, what, args)
     return 0
-
-
-def _confirm(profiler, growth, size: int, mode: str) -> None:
-    """Profile the real model at the planned size (meta only: cheap) and compare sizes to the byte."""
-    if mode != "meta":
-        return
-    wrong = mismatches(growth, profiler(size), size, None)
-    if wrong:
-        raise RematError(f"the growth model is wrong at the planned size {size}: {wrong[0]}")
-    print(f"confirmed    a real meta profile at {size} has exactly the predicted sizes")
 
 
 def _plot(growth, budget: int, what: str, args: argparse.Namespace) -> None:

@@ -5,13 +5,16 @@ largest size whose schedule fits a memory at a bounded overhead. Pure: no torch,
   at a few sizes ``x``. Sizes are interpolated in exact rational arithmetic and rounded *up* to
   whole bytes, so a conv/linear stack (sizes linear in the batch) is predicted to the byte; times
   are interpolated as floats.
-* :func:`fit_growth`: the lowest degree (1 = linear, 2 = quadratic, ...) whose fit through the
-  first ``degree + 1`` profiles reproduces every later one (sizes exactly, times within
-  ``time_rtol``); it profiles one more size when all given ones are used up (attention's scores
-  are quadratic in the sequence length, so a linear fit fails there and a quadratic one holds).
+* :func:`fit_growth`: per field, the lowest degree (1 = linear, 2 = quadratic, ...) whose
+  polynomial through the largest profiled sizes reproduces every other profile (sizes exactly,
+  times within ``time_rtol``), profiling one more size while a field needs it to tell; where no
+  degree holds (transient overheads: maxima of linear terms), piecewise-linear interpolation.
+  Attention's scores are quadratic in the sequence length: a linear fit fails there and a
+  quadratic one holds.
 * :func:`largest_fitting`: the largest size whose schedule by a strategy (solved by the public
   :func:`remat.solver.solve`, hence checked by the simulator) fits the activation budget with at
   most the allowed overhead; exponential then binary search, so the next size is known not to fit.
+  :func:`confirmed_largest` re-profiles the answer and the next size for real and refits if needed.
 
 Units: bytes, milliseconds; overheads are fractions (0.1 = +10% over the store-all step time).
 See docs/plan.md.
@@ -20,16 +23,19 @@ See docs/plan.md.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+
+import numpy as np
 
 from remat.schedules import ChainProfile, InfeasibleBudgetError, RematError, Schedule, Stage, format_size
 
 SIZE_FIELDS = ("output_size", "saved_size", "forward_overhead", "backward_overhead", "param_size")
 TIME_FIELDS = ("forward_ms", "backward_ms")
-DEGREE_NAMES = {1: "linear", 2: "quadratic", 3: "cubic"}
+DEGREE_NAMES = {0: "piecewise linear", 1: "linear", 2: "quadratic", 3: "cubic"}
 ADAM_COPIES = 4  # parameters, their gradients, Adam's first and second moments (same dtype)
+PIECEWISE = 0  # a field no polynomial up to the maximum degree reproduces
 
 
 def _lagrange(xs: Sequence[int], ys: Sequence[Fraction], x: int) -> Fraction:
@@ -44,62 +50,106 @@ def _lagrange(xs: Sequence[int], ys: Sequence[Fraction], x: int) -> Fraction:
     return total
 
 
+def _evaluate(xs: Sequence[int], ys: Sequence[Fraction], degree: int, x: int) -> Fraction:
+    """A field's value at ``x``: the polynomial of ``degree`` through the *last* degree + 1 points
+    (small sizes are the special cases, e.g. batch 1), or for PIECEWISE the segment between the
+    neighbouring points (the first or last segment extended outside them)."""
+    if degree != PIECEWISE:
+        return _lagrange(xs[-(degree + 1) :], ys[-(degree + 1) :], x)
+    k = next((k for k in range(1, len(xs) - 1) if x <= xs[k]), len(xs) - 1)
+    return _lagrange(xs[k - 1 : k + 1], ys[k - 1 : k + 1], x)
+
+
+def _degree(xs: Sequence[int], ys: Sequence[Fraction], max_degree: int, close: Callable) -> int | None:
+    """The lowest degree whose polynomial through the last degree + 1 points reproduces every other
+    point; PIECEWISE if none up to ``max_degree`` does; None if another point is needed to tell."""
+    for degree in range(1, max_degree + 1):
+        if len(xs) < degree + 2:
+            return None
+        fit = degree + 1
+        if all(close(_lagrange(xs[-fit:], ys[-fit:], x), y) for x, y in zip(xs[:-fit], ys[:-fit], strict=True)):
+            return degree
+    return PIECEWISE
+
+
+def _fields(profile: ChainProfile) -> list[tuple[str, float]]:
+    """Every (label, value) the growth model predicts, in a fixed order: input size, then per stage."""
+    values: list[tuple[str, float]] = [("input_size", profile.input_size)]
+    for i, stage in enumerate(profile.stages):
+        values += [(f"stage {i} ({stage.name}) {f}", getattr(stage, f)) for f in SIZE_FIELDS + TIME_FIELDS]
+    return values
+
+
 @dataclass(frozen=True)
 class GrowthModel:
-    """A chain whose sizes and times are polynomials in ``x`` through ``profiles`` at ``points``.
+    """A chain whose every size and time is a function of ``x`` fitted through real profiles.
 
     Attributes:
-        points: the sizes the polynomial passes through (degree = len(points) - 1).
-        profiles: the real profiles at those sizes (same stages).
-        checked: sizes at which a real profile was compared with the prediction and matched.
-        time_rtol: relative tolerance the times were checked with (None: times not checked).
+        points: every profiled size, increasing.
+        profiles: the real profiles there (same stages).
+        degrees: per field of :func:`_fields` (input size, then each stage's sizes and times), the
+            degree of its polynomial (1 linear, 2 quadratic, ...) or PIECEWISE (0).
+        time_rtol: relative tolerance the times were checked with; None: measured times, fitted by
+            least squares of the sizes' highest degree (they are noisy).
     """
 
     points: tuple[int, ...]
     profiles: tuple[ChainProfile, ...]
-    checked: tuple[int, ...] = ()
+    degrees: tuple[int, ...]
     time_rtol: float | None = None
     _memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @property
-    def degree(self) -> int:
-        return len(self.points) - 1
-
-    @property
     def kind(self) -> str:
-        """``linear``, ``quadratic``, ... (the polynomial degree in words)."""
-        return DEGREE_NAMES.get(self.degree, f"degree-{self.degree}")
+        """The sizes' growth in words: ``linear``, ``quadratic``, ... (+ ``piecewise linear`` parts)."""
+        sizes = [d for (label, _), d in zip(_fields(self.profiles[0]), self.degrees, strict=True) if "_ms" not in label]
+        top = DEGREE_NAMES.get(max(sizes), f"degree-{max(sizes)}")
+        return top + (" with piecewise-linear fields" if PIECEWISE in sizes and max(sizes) > 0 else "")
 
-    def _size(self, values: Sequence[int], x: int) -> int:
-        exact = _lagrange(self.points, [Fraction(v) for v in values], x)
-        return max(0, math.ceil(exact))  # never predict fewer bytes than the polynomial says
+    def describe(self) -> list[str]:
+        """The fields that are not linear, grouped by degree (empty: everything is linear)."""
+        labels = [label for label, _ in _fields(self.profiles[0])]
+        lines = []
+        for degree in sorted(set(self.degrees) - {1}):
+            chosen = [label for label, d in zip(labels, self.degrees, strict=True) if d == degree]
+            shown = ", ".join(chosen[:3]) + (f" and {len(chosen) - 3} more" if len(chosen) > 3 else "")
+            lines.append(f"{DEGREE_NAMES.get(degree, degree)}: {len(chosen)} fields ({shown})")
+        return lines
 
-    def _time(self, values: Sequence[float], x: int) -> float:
-        return max(0.0, float(_lagrange(self.points, [Fraction(v) for v in values], x)))
+    def _values(self, x: int) -> list[Fraction | float]:
+        rows = [[Fraction(v) for _, v in _fields(p)] for p in self.profiles]
+        labels = [label for label, _ in _fields(self.profiles[0])]
+        top = max([d for label, d in zip(labels, self.degrees, strict=True) if "_ms" not in label] + [1])
+        values: list[Fraction | float] = []
+        for j, (label, degree) in enumerate(zip(labels, self.degrees, strict=True)):
+            ys = [row[j] for row in rows]
+            if "_ms" in label and self.time_rtol is None:
+                coefficients = np.polyfit(self.points, [float(y) for y in ys], min(top, len(ys) - 1))
+                values.append(float(np.polyval(coefficients, x)))
+            else:
+                values.append(_evaluate(self.points, ys, degree, x))
+        return values
 
     def profile_at(self, x: int) -> ChainProfile:
-        """The chain predicted at size ``x`` (a positive integer); cached per model (a handful of sizes)."""
-        if x in self._memo:
-            return self._memo[x]
+        """The chain predicted at size ``x``: sizes rounded up to whole bytes, times floats, both >= 0.
+        A profiled size returns its real profile. Memoized per model (a search touches ~2 log2 x sizes)."""
         if x in self.points:
             return self.profiles[self.points.index(x)]
+        if x in self._memo:
+            return self._memo[x]
+        values = iter(self._values(x))
+        input_size = max(0, math.ceil(next(values)))
         stages = []
-        for i, stage in enumerate(self.profiles[0].stages):
-            row = [p.stages[i] for p in self.profiles]
-            sizes = {f: self._size([getattr(s, f) for s in row], x) for f in SIZE_FIELDS}
+        for stage in self.profiles[0].stages:
+            sizes = {f: max(0, math.ceil(next(values))) for f in SIZE_FIELDS}
             sizes["saved_size"] = max(sizes["saved_size"], sizes["output_size"])
-            times = {f: self._time([getattr(s, f) for s in row], x) for f in TIME_FIELDS}
+            times = {f: max(0.0, float(next(values))) for f in TIME_FIELDS}
             stages.append(Stage(name=stage.name, **sizes, **times))
         first = self.profiles[0]
         metadata = {k: v for k, v in first.metadata.items() if k != "forward_overheads_nograd"}
-        metadata["growth"] = {"model": self.kind, "points": list(self.points), "checked": list(self.checked), "x": x}
-        profile = ChainProfile(
-            name=f"{first.name}@{x}",
-            input_size=self._size([p.input_size for p in self.profiles], x),
-            stages=tuple(stages),
-            metadata=metadata,
-        )
-        if len(self._memo) < 64:  # bounded: a search touches ~2 log2(x) sizes
+        metadata["growth"] = {"model": self.kind, "points": list(self.points), "x": x}
+        profile = ChainProfile(name=f"{first.name}@{x}", input_size=input_size, stages=tuple(stages), metadata=metadata)
+        if len(self._memo) < 256:
             self._memo[x] = profile
         return profile
 
@@ -108,26 +158,22 @@ def mismatches(model: GrowthModel, real: ChainProfile, x: int, time_rtol: float 
     """What the prediction at ``x`` gets wrong against the real profile there (empty: it matches).
 
     Sizes must be equal to the byte; times within ``time_rtol`` relative (None: not compared)."""
-    predicted = model.profile_at(x)
+    predicted = _fields(model.profile_at(x))
     found = []
-    if predicted.input_size != real.input_size:
-        found.append(f"input_size: predicted {predicted.input_size}, profiled {real.input_size}")
-    for i, (p, r) in enumerate(zip(predicted.stages, real.stages, strict=True)):
-        for name in SIZE_FIELDS:
-            if getattr(p, name) != getattr(r, name):
-                found.append(f"stage {i} ({r.name}) {name}: predicted {getattr(p, name)}, profiled {getattr(r, name)}")
-        for name in TIME_FIELDS if time_rtol is not None else ():
-            want, got = getattr(r, name), getattr(p, name)
-            if abs(got - want) > time_rtol * max(abs(want), 1e-12):
-                found.append(f"stage {i} ({r.name}) {name}: predicted {got:.6g} ms, profiled {want:.6g} ms")
+    for (label, got), (_, want) in zip(predicted, _fields(real), strict=True):
+        if "_ms" not in label and got != want:
+            found.append(f"{label}: predicted {got}, profiled {want}")
+        elif "_ms" in label and time_rtol is not None and abs(got - want) > time_rtol * max(abs(want), 1e-12):
+            found.append(f"{label}: predicted {got:.6g} ms, profiled {want:.6g} ms")
     return found
 
 
-def _same_stages(profiles: Sequence[ChainProfile], xs: Sequence[int]) -> None:
-    names = [s.name for s in profiles[0].stages]
-    for profile, x in zip(profiles[1:], xs[1:], strict=True):
+def _same_stages(profiles: Mapping[int, ChainProfile]) -> None:
+    (x0, first), *rest = sorted(profiles.items())
+    names = [s.name for s in first.stages]
+    for x, profile in rest:
         if [s.name for s in profile.stages] != names:
-            raise RematError(f"the model's chain changes with the size: at {x} it has other stages than at {xs[0]}")
+            raise RematError(f"the model's chain changes with the size: at {x} it has other stages than at {x0}")
 
 
 def fit_growth(
@@ -135,35 +181,47 @@ def fit_growth(
     sizes: Sequence[int],
     max_degree: int = 3,
     time_rtol: float | None = 1e-6,
-) -> tuple[GrowthModel, list[str]]:
-    """The lowest-degree growth model that reproduces every real profile beyond its fit points.
+    known: Mapping[int, ChainProfile] | None = None,
+) -> GrowthModel:
+    """Fit every field of the chain, separately, with the lowest polynomial degree that reproduces
+    all other profiled sizes (sizes to the byte, times within ``time_rtol``; None: times not
+    checked), falling back to piecewise-linear interpolation where no degree up to ``max_degree``
+    holds (transient overheads are maxima of linear terms: the weight-gradient buffer and the
+    activation temporaries).
 
-    ``profile_at(x)`` profiles the real model at size ``x``; ``sizes`` (at least 3, increasing
-    positive integers) are profiled first, and one more size (the next step of the same spacing)
-    is profiled whenever a degree fails and no unused size is left. Returns the model and the notes
-    on the degrees that failed (what went wrong, briefly). Raises ``RematError`` if no degree up to
-    ``max_degree`` holds."""
-    xs = [int(x) for x in sizes]
-    if len(xs) < 3 or any(x < 1 for x in xs) or any(b <= a for a, b in zip(xs, xs[1:], strict=False)):
+    ``profile_at(x)`` profiles the real model at size ``x``; ``sizes`` (at least 3 increasing
+    positive integers) are profiled first (``known`` profiles are reused), then one more size (the
+    same spacing again) while a field needs it to tell its degree, up to max_degree + 2 sizes."""
+    xs = sorted({int(x) for x in sizes})
+    if len(xs) < 3 or len(xs) != len(sizes) or xs[0] < 1 or list(sizes) != xs:
         raise RematError(f"--points: need at least 3 increasing positive sizes (fit 2, check 1), got {list(sizes)}")
-    profiles = [profile_at(x) for x in xs]
-    _same_stages(profiles, xs)
-    notes: list[str] = []
-    for degree in range(1, max_degree + 1):
-        while len(xs) < degree + 2:
-            xs.append(xs[-1] + (xs[-1] - xs[-2]))
-            profiles.append(profile_at(xs[-1]))
-            _same_stages(profiles, xs)
-        fit = degree + 1
-        model = GrowthModel(tuple(xs[:fit]), tuple(profiles[:fit]), tuple(xs[fit:]), time_rtol)
-        wrong = []
-        for x, real in zip(xs[fit:], profiles[fit:], strict=True):
-            wrong += mismatches(model, real, x, time_rtol)
-        if not wrong:
-            return model, notes
-        more = f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
-        notes.append(f"{model.kind} fit through {list(xs[:fit])} fails at {xs[fit:]}: {wrong[0]}{more}")
-    raise RematError(f"no polynomial growth of degree <= {max_degree} holds: {notes[-1]}")
+    profiles = dict(known or {})
+    while True:
+        for x in xs:
+            if x not in profiles:
+                profiles[x] = profile_at(x)
+        chosen = {x: profiles[x] for x in sorted(set(xs) | set(profiles))}
+        _same_stages(chosen)
+        points = sorted(chosen)
+        table = [[Fraction(v) for _, v in _fields(p)] for p in chosen.values()]
+        labels = [label for label, _ in _fields(chosen[points[0]])]
+        degrees = []
+        for j, label in enumerate(labels):
+            ys = [row[j] for row in table]
+            timed = "_ms" in label
+            if timed and time_rtol is None:
+                degrees.append(1)
+                continue
+
+            def close(got: Fraction, want: Fraction, timed: bool = timed) -> bool:
+                if not timed:
+                    return got == want
+                return abs(float(got) - float(want)) <= time_rtol * max(abs(float(want)), 1e-12)
+
+            degrees.append(_degree(points, ys, max_degree, close))
+        if None not in degrees:
+            return GrowthModel(tuple(points), tuple(chosen.values()), tuple(degrees), time_rtol)
+        xs = [*points, points[-1] + (points[-1] - points[-2])]
 
 
 def overhead(schedule: Schedule) -> float:
@@ -259,6 +317,29 @@ def largest_fitting(
     return Fit(strategy, lo, best, hi, hi_reason)
 
 
+def confirmed_largest(
+    growth: GrowthModel,
+    profile_at: Callable[[int], ChainProfile],
+    budget: int,
+    max_overhead: float,
+    strategy: str,
+    rounds: int = 4,
+) -> tuple[Fit, GrowthModel]:
+    """:func:`largest_fitting`, then real profiles at the answer x and at x + 1: if either differs
+    from the prediction (a piecewise field changed piece beyond the profiled sizes), they join the
+    fit and the search runs again. Returns the fit and the (possibly refined) growth model; the
+    answer's and the next size's predicted profiles then equal real ones (sizes to the byte)."""
+    for _ in range(rounds):
+        fit = largest_fitting(growth, budget, max_overhead, strategy)
+        sizes = [x for x in (fit.size, fit.next_size) if x is not None]
+        real = {x: profile_at(x) for x in sizes if x not in growth.points}
+        if all(not mismatches(growth, p, x, growth.time_rtol) for x, p in real.items()):
+            return fit, growth
+        known = dict(zip(growth.points, growth.profiles, strict=True)) | real
+        growth = fit_growth(profile_at, growth.points[:3], time_rtol=growth.time_rtol, known=known)
+    raise RematError(f"the growth model still mispredicts the {strategy} answer after {rounds} refinements")
+
+
 PLAN_STRATEGIES = ("optimal", "chen-sqrt", "store-all")
 
 
@@ -282,6 +363,7 @@ __all__ = [
     "ADAM_COPIES",
     "Fit",
     "GrowthModel",
+    "confirmed_largest",
     "fit_growth",
     "fixed_bytes_auto",
     "largest_fitting",
