@@ -63,9 +63,10 @@ def _row(fit: Fit, label: str) -> str:
         blank = f"{'':>12} {'':>10} {'':>9}"
         return f"{fit.strategy:<10} {'-':>8} {blank}  not even {label} {fit.next_size}: {fit.next_reason}"
     peak = fit.schedule.predicted.peak_memory
+    verdict = "" if fit.next_reason.startswith("not searched") else "does not fit: "
     return (
-        f"{fit.strategy:<10} {fit.size:>8} {format_size(peak):>12} {fit.schedule.predicted.compute_ms:>8.1f}ms "
-        f"{100 * fit.overhead:>+8.1f}%  {fit.next_size} does not fit: {fit.next_reason}"
+        f"{fit.strategy:<10} {fit.size:>8} {format_size(peak):>12} {fit.schedule.predicted.compute_ms:>8.4g}ms "
+        f"{100 * fit.overhead:>+8.1f}%  {fit.next_size} {verdict}{fit.next_reason}"
     )
 
 
@@ -79,6 +80,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     memory = parse_size(args.memory)
     allowed = parse_percent(args.max_overhead, "--max-overhead")
     points = parse_points(args.points, shape[dim])
+    if args.max_size < 1:
+        raise RematError(f"--max-size: must be a positive integer, got {args.max_size}")
     mode = "measured" if args.measured else "meta"
     device = resolve_device(args.device) if mode == "measured" else None
     profiler = chain_profiler(args.model, shape, dim, mode, parse_dtype(args.dtype), device)
@@ -89,7 +92,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         raise RematError(f"--fixed-bytes: {format_size(fixed)} leaves nothing of --memory {format_size(memory)}")
     fits = {}
     for name in PLAN_STRATEGIES:
-        fits[name], growth = confirmed_largest(growth, profiler, budget, allowed, name)
+        fits[name], growth = confirmed_largest(growth, profiler, budget, allowed, name, upper=args.max_size)
     first = growth.profiles[0]
     times = "times from FLOPs (meta tensors)" if mode == "meta" else f"measured on {first.metadata['device']}"
     print(f"model        {args.model}, input {args.input_shape}, varying {what}; {first.length} stages")
@@ -123,7 +126,7 @@ def _plot(growth, budget: int, what: str, args: argparse.Namespace) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    curves = overhead_curve(growth, budget, CURVE_OVERHEADS)
+    curves = overhead_curve(growth, budget, CURVE_OVERHEADS, upper=args.max_size)
     figure, axis = plt.subplots(figsize=(7, 4.5))
     percent = [100 * o for o in CURVE_OVERHEADS]
     for name, sizes in curves.items():
@@ -159,6 +162,9 @@ def add_plan_parser(sub) -> None:
         "--fixed-bytes",
         default="auto",
         help="memory outside the activations: bytes, or auto = 4 x parameters (weights, grads, Adam) (default)",
+    )
+    plan.add_argument(
+        "--max-size", type=int, default=2**40, help="largest size to consider (e.g. the model's context length)"
     )
     plan.add_argument("--points", help="sizes to profile, e.g. 8,16,24 (default: 1x, 2x, 3x the input's)")
     mode = plan.add_mutually_exclusive_group()

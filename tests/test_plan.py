@@ -257,6 +257,17 @@ def test_cli_plan_bad_input_is_one_line_and_exit_2(extra, message, capsys) -> No
     assert err.count("\n") == 0 and message in err and err.startswith("remat: error:")
 
 
+def test_sizes_the_model_cannot_take_are_one_line_errors_unless_excluded(capsys) -> None:
+    args = ["plan", "--model", "remat.executor.zoo.gpt2:gpt2_tiny", "--input-shape", "2,16,32", "--vary", "dim=1"]
+    args += ["--memory", "2MB", "--max-overhead", "30%"]
+    assert main(args) == 2  # positions exist for 64 tokens only: the search runs past them
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("remat: error: profiling the model at input dimension 1 =") and "\n" not in err
+    assert main([*args, "--max-size", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "quadratic in dim 1" in out and "65 not searched" in out
+
+
 def test_planned_batch_runs_within_the_memory_and_the_next_does_not_fit(tmp_path, capsys) -> None:
     """CPU validation: plan from meta profiles (sizes equal the CPU's, checked above), execute the planned
     batch on the CPU with remat execute, and measure its peak."""

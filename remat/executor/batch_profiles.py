@@ -74,6 +74,21 @@ def check_chain_matches(model: nn.Module, chain: Chain, x: torch.Tensor) -> None
         raise RematError("--model: the model cut into stages does not compute what the model computes; refused")
 
 
+def _guarded(profile: Callable[[int], ChainProfile], what: str) -> Callable[[int], ChainProfile]:
+    """``profile`` with the model's own failures at a size turned into one-line errors."""
+
+    def run(x: int) -> ChainProfile:
+        try:
+            return profile(x)
+        except RematError:
+            raise
+        except (RuntimeError, ValueError, IndexError) as error:
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise RematError(f"profiling the model at {what} = {x} failed: {first}") from None
+
+    return run
+
+
 def chain_profiler(
     spec: str, shape: Sequence[int], dim: int, mode: str, dtype: torch.dtype, device: torch.device
 ) -> Callable[[int], ChainProfile]:
@@ -90,7 +105,7 @@ def chain_profiler(
             note = f"FLOPs (torch FlopCounterMode on meta) / nominal {NOMINAL_FLOP_PER_MS:.0e} FLOP per ms"
             return profile_chain(chain, example, name=f"{factory}-meta", stage_times=flop_times, timing_note=note)
 
-        return profile_meta
+        return _guarded(profile_meta, f"input dimension {dim}")
     if mode != "measured":
         raise RematError(f"profile mode must be one of {', '.join(MODES)}, got {mode!r}")
     model, example = build(spec, shape, device, dtype)
@@ -102,7 +117,7 @@ def chain_profiler(
         example = torch.randn(shape_at(shape, dim, x), device=device, dtype=dtype)
         return profile_chain(chain, example, name=f"{factory}-{device.type}", repeats=3)
 
-    return profile_measured
+    return _guarded(profile_measured, f"input dimension {dim}")
 
 
 __all__ = ["MODES", "NOMINAL_FLOP_PER_MS", "chain_profiler", "check_chain_matches", "flop_times", "parse_vary"]

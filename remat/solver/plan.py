@@ -304,7 +304,7 @@ def largest_fitting(
         if schedule is None:
             hi, hi_reason = probe, why
         elif probe == upper:
-            return Fit(strategy, upper, schedule, upper + 1, f"the search stops at {upper}")
+            return Fit(strategy, upper, schedule, upper + 1, f"not searched (the largest size searched is {upper})")
         else:
             lo, best, step = probe, schedule, step * 2
     while hi - lo > 1:
@@ -324,14 +324,15 @@ def confirmed_largest(
     max_overhead: float,
     strategy: str,
     rounds: int = 4,
+    upper: int = 2**40,
 ) -> tuple[Fit, GrowthModel]:
     """:func:`largest_fitting`, then real profiles at the answer x and at x + 1: if either differs
     from the prediction (a piecewise field changed piece beyond the profiled sizes), they join the
     fit and the search runs again. Returns the fit and the (possibly refined) growth model; the
     answer's and the next size's predicted profiles then equal real ones (sizes to the byte)."""
     for _ in range(rounds):
-        fit = largest_fitting(growth, budget, max_overhead, strategy)
-        sizes = [x for x in (fit.size, fit.next_size) if x is not None]
+        fit = largest_fitting(growth, budget, max_overhead, strategy, upper=upper)
+        sizes = [x for x in (fit.size, fit.next_size) if x is not None and x <= upper]
         real = {x: profile_at(x) for x in sizes if x not in growth.points}
         if all(not mismatches(growth, p, x, growth.time_rtol) for x, p in real.items()):
             return fit, growth
@@ -344,7 +345,11 @@ PLAN_STRATEGIES = ("optimal", "chen-sqrt", "store-all")
 
 
 def overhead_curve(
-    growth: GrowthModel, budget: int, overheads: Sequence[float], strategies: Sequence[str] = PLAN_STRATEGIES
+    growth: GrowthModel,
+    budget: int,
+    overheads: Sequence[float],
+    strategies: Sequence[str] = PLAN_STRATEGIES,
+    upper: int = 2**40,
 ) -> dict[str, list[int | None]]:
     """Per strategy, the largest size that fits ``budget`` bytes at each allowed overhead (fractions,
     increasing); None where not even size 1 fits. A larger tolerance never lowers the answer, so each
@@ -354,7 +359,7 @@ def overhead_curve(
         sizes: list[int | None] = []
         for allowed in overheads:
             start = next((s for s in reversed(sizes) if s is not None), 1)
-            sizes.append(largest_fitting(growth, budget, allowed, strategy, lower=start).size)
+            sizes.append(largest_fitting(growth, budget, allowed, strategy, lower=start, upper=upper).size)
         curves[strategy] = sizes
     return curves
 
