@@ -287,3 +287,28 @@ def test_planned_batch_runs_within_the_memory_and_the_next_does_not_fit(tmp_path
     # the next batch, profiled for real (not from the growth model), has no schedule within 30%
     real_next = chain_profiler(spec, (4, 64), 0, "meta", torch.float32, CPU)(planned + 1)
     assert not _fits(real_next, memory - fixed, 0.3, "optimal")
+
+
+class _Doubled(torch.nn.Module):
+    """Its stages are two Linears, but its forward also doubles: a cut that is not the model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+    def remat_stages(self):
+        return [("a", self.a), ("b", self.b)]
+
+    def forward(self, x):
+        return 2 * self.b(self.a(x))
+
+
+def test_a_chain_that_differs_from_the_model_is_refused() -> None:
+    from remat.executor.batch_profiles import check_chain_matches
+    from remat.executor.chain import as_chain
+
+    model, x = _Doubled(), torch.randn(3, 4)
+    with pytest.raises(RematError, match="does not compute what the model computes"):
+        check_chain_matches(model, as_chain(model), x)
+    plain = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5), torch.nn.Linear(4, 4))
+    check_chain_matches(plain, as_chain(plain), x)  # equal, dropout included (same RNG)
