@@ -80,3 +80,19 @@ def test_the_dp_is_at_least_as_fast_as_revolve_on_identical_stages() -> None:
         dp = solve(profile, binomial.predicted.peak_memory, "optimal", slots=2000)
         assert dp.predicted.compute_ms <= binomial.predicted.compute_ms * (1 + 1e-9)
         assert simulate(profile, dp.ops).peak_memory <= binomial.predicted.peak_memory
+
+
+def test_with_blocks_of_steps_gradients_differ_only_by_the_order_of_a_float_sum() -> None:
+    """Several steps per stage: the replay sums the shared weights' gradient per stage, then across
+    stages; the plain loop sums it in one go. Same terms, another association: equal to float
+    rounding, not bit for bit (one step per stage is bit for bit, above)."""
+    model = UnrolledLSTM(60, 4, 8, 16, steps_per_stage=5)
+    state = _state(4, 16)
+    profile = repeated_profile(model, state, sample=3, repeats=1)
+    wrapped = RematChain(as_chain(model), solve(profile, 2**40, "chen-sqrt"), profile)
+    weight = torch.randn(4, 32, generator=torch.Generator().manual_seed(2))
+    expected = _gradients(model, lambda s: unrolled_loop(model, s), state, weight)
+    got = _gradients(model, wrapped, state, weight)
+    assert torch.equal(got[-1], expected[-1])  # the state's gradient has a single path: bit for bit
+    for a, b in zip(got[:-1], expected[:-1], strict=True):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6 * float(b.abs().max()))
