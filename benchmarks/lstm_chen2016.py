@@ -15,7 +15,7 @@ identical). Then:
    remat.executor.measure.compare) vs the simulator's, and gradients torch.equal to the plain
    unrolled loop.
 
-    python benchmarks/lstm_chen2016.py [--quick]
+    python benchmarks/lstm_chen2016.py [--quick]   # --table: print the markdown tables of the last run
 
 Writes benchmarks/results/lstm_chen2016.json and docs/lstm_memory_vs_T.png. Bytes, milliseconds.
 """
@@ -43,9 +43,8 @@ from remat.executor.chain import as_chain  # noqa: E402
 from remat.executor.measure import compare  # noqa: E402
 from remat.executor.replay import RematChain  # noqa: E402
 from remat.executor.zoo.lstm import UnrolledLSTM, repeated_profile, unrolled_loop  # noqa: E402
-from remat.schedules import ChainProfile, write_json  # noqa: E402
+from remat.schedules import ChainProfile, InfeasibleBudgetError, write_json  # noqa: E402
 from remat.solver import solve  # noqa: E402
-from remat.solver.optimal import minimum_budget  # noqa: E402
 
 BATCH, INPUT, HIDDEN = 16, 64, 128
 TS = (100, 200, 500, 1000, 2000, 5000, 10000)
@@ -117,20 +116,27 @@ def revolve_least_memory(profile: ChainProfile, level: float):
 def dp_least_memory(profile: ChainProfile, level: float):
     """The DP's least budget whose fastest schedule is within ``level`` overhead, to 0.2%: bisection
     on the budget with the public solve (each solve's table covers only its own budget, so sizes
-    are resolved far more finely than one store-all front table would)."""
-    lo = minimum_budget(profile)
+    are resolved far more finely than one store-all front table would). The search starts at the
+    input size (nothing fits there), not at minimum_budget: that is read off the store-all table,
+    whose slots are coarse, and smaller budgets can still be solved."""
+
+    def within(budget: int):
+        try:
+            schedule = solve(profile, budget, "optimal")
+        except InfeasibleBudgetError:
+            return None
+        return schedule if overhead(schedule) <= level + 1e-12 else None
+
+    lo = profile.input_size
     hi = solve(profile, 2**62, "store-all").predicted.peak_memory
-    best = solve(profile, hi, "optimal")
-    low = solve(profile, lo, "optimal")
-    if overhead(low) <= level + 1e-12:
-        return low
+    best = within(hi)
     while hi - lo > 0.002 * hi:
         mid = (lo + hi) // 2
-        schedule = solve(profile, mid, "optimal")
-        if overhead(schedule) <= level + 1e-12:
-            hi, best = mid, schedule
-        else:
+        schedule = within(mid)
+        if schedule is None:
             lo = mid
+        else:
+            hi, best = mid, schedule
     return best
 
 
@@ -300,6 +306,45 @@ def plot(rows: list[dict], levels: dict, path: Path) -> None:
     plt.close(figure)
 
 
+def markdown(results: dict) -> str:
+    """The front and execution tables of docs/replication.md, from the results file."""
+    mib = 2**20
+
+    def cell(p: dict | None) -> str:
+        return "-" if p is None else f"{p['peak_memory'] / mib:.2f} (+{100 * p['overhead']:.0f}%)"
+
+    names = ("one extra forward", "+50%", "+100%")
+    lines = [
+        "| T | store-all | √T (chen-sqrt) | "
+        + " | ".join(f"revolve {n} | DP {n}" for n in names)
+        + " | revolve ⌈log2 T⌉ | DP on |",
+        "|---" * (5 + 2 * len(names)) + "|",
+    ]
+    for r in results["front"]:
+        cells = [cell(r["store-all"]), cell(r["chen-sqrt"])]
+        cells += [c for n in names for c in (cell(r[f"revolve {n}"]), cell(r[f"dp {n}"]))]
+        checkpoints = r["revolve log2 T"]["checkpoints"]
+        cells += [
+            f"{cell(r['revolve log2 T'])}, c={checkpoints}",
+            r["dp_label"].replace("dp", "").strip(" ()") or "steps",
+        ]
+        lines.append(f"| {r['T']:,} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "| T | schedule | predicted peak (bytes) | measured peak (bytes) | error | gradients |",
+        "|---|---|---|---|---|---|",
+    ]
+    for e in results["executed"]:
+        grads = "torch.equal" if e["gradients_equal"] else "equal to float rounding"
+        lines.append(
+            f"| {e['T']:,} | {e['schedule']} | {e['predicted_peak']:,} | {e['measured_peak']:,} | "
+            f"{100 * e['peak_error']:+.3f}% | {grads} |"
+        )
+    lines += ["", "| T (DP stages) | optimal_front seconds | peak RSS MiB |", "|---|---|---|"]
+    lines += [f"| {d['T']:,} | {d['seconds']:.1f} | {d['rss_mib']:.0f} |" for d in results["dp_limit"]]
+    return "\n".join(lines)
+
+
 def main() -> None:
     sys.setrecursionlimit(100_000)  # revolve_ops recurses once per checkpoint (c up to T - 1)
     # one thread: on the shared, loaded 2-core machine two OpenMP threads made each small LSTMCell
@@ -307,7 +352,13 @@ def main() -> None:
     torch.set_num_threads(1)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="T up to 1,000, no T = 10,000 execution, DP to 400")
+    parser.add_argument(
+        "--table", action="store_true", help="print the markdown tables from the results file, run nothing"
+    )
     args = parser.parse_args()
+    if args.table:
+        print(markdown(json.loads(RESULTS.read_text())))
+        return
     ts = tuple(t for t in TS if t <= 1000) if args.quick else TS
     begin = time.perf_counter()
     step = stage_profile(1)
@@ -317,9 +368,11 @@ def main() -> None:
     blocks = {block_steps(t): stage_profile(block_steps(t)) for t in ts}
     rows = [front_at(step, blocks[block_steps(t)], t, levels) for t in ts]
     plot(rows, levels, PLOT)
-    limit = dp_limit(step, tuple(t for t in DP_TS if t <= 400) if args.quick else DP_TS)
-    executed = []
-    for t in (1000,) if args.quick else EXECUTE_TS:
+    previous = json.loads(RESULTS.read_text()) if args.front_only else {}
+    limit = previous.get("dp_limit") or dp_limit(step, tuple(t for t in DP_TS if t <= 400) if args.quick else DP_TS)
+    executed = list(previous.get("executed", []))
+    kept = {"kept_from_run_of": previous["machine"]["date"], "kept": ["dp_limit", "executed"]} if previous else {}
+    for t in () if args.front_only else (1000,) if args.quick else EXECUTE_TS:
         profile = chain_of(step, t)
         chosen = {
             "chen-sqrt": solve(profile, 2**62, "chen-sqrt"),
@@ -345,6 +398,7 @@ def main() -> None:
             "front": rows,
             "dp_limit": limit,
             "executed": executed,
+            **kept,
             "seconds": time.perf_counter() - begin,
         },
         RESULTS,
