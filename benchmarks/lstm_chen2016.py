@@ -353,6 +353,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="T up to 1,000, no T = 10,000 execution, DP to 400")
     parser.add_argument(
+        "--front-only",
+        action="store_true",
+        help="recompute the front; keep the DP limit and executions of the last run",
+    )
+    parser.add_argument(
         "--table", action="store_true", help="print the markdown tables from the results file, run nothing"
     )
     args = parser.parse_args()
