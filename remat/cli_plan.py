@@ -58,6 +58,10 @@ def _fixed(text: str, profile) -> tuple[int, str]:
     return fixed, f"{format_size(fixed)} ({fixed} bytes; given)"
 
 
+def _ms(value: float) -> str:
+    return f"{value:.0f}" if value >= 1000 else f"{value:.4g}"
+
+
 def _row(fit: Fit, label: str) -> str:
     if fit.size is None:
         blank = f"{'':>12} {'':>10} {'':>9}"
@@ -65,7 +69,7 @@ def _row(fit: Fit, label: str) -> str:
     peak = fit.schedule.predicted.peak_memory
     verdict = "" if fit.next_reason.startswith("not searched") else "does not fit: "
     return (
-        f"{fit.strategy:<10} {fit.size:>8} {format_size(peak):>12} {fit.schedule.predicted.compute_ms:>8.4g}ms "
+        f"{fit.strategy:<10} {fit.size:>8} {format_size(peak):>12} {_ms(fit.schedule.predicted.compute_ms):>8}ms "
         f"{100 * fit.overhead:>+8.1f}%  {fit.next_size} {verdict}{fit.next_reason}"
     )
 

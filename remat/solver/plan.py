@@ -1,10 +1,10 @@
 """``remat plan``'s arithmetic: how a chain grows with the batch (or a sequence length), and the
 largest size whose schedule fits a memory at a bounded overhead. Pure: no torch, no profiling.
 
-* :class:`GrowthModel`: every stage field (and ``input_size``) as the polynomial through profiles
-  at a few sizes ``x``. Sizes are interpolated in exact rational arithmetic and rounded *up* to
-  whole bytes, so a conv/linear stack (sizes linear in the batch) is predicted to the byte; times
-  are interpolated as floats.
+* :class:`GrowthModel`: every stage field (and ``input_size``) as a function of the size ``x``
+  fitted through real profiles. Sizes are interpolated in exact rational arithmetic and rounded
+  *up* to whole bytes, so a conv/linear stack (sizes linear in the batch) is predicted to the byte;
+  times are interpolated as floats (measured ones fitted by least squares).
 * :func:`fit_growth`: per field, the lowest degree (1 = linear, 2 = quadratic, ...) whose
   polynomial through the largest profiled sizes reproduces every other profile (sizes exactly,
   times within ``time_rtol``), profiling one more size while a field needs it to tell; where no
@@ -272,7 +272,8 @@ def try_size(
             return None, str(error)
         return None, f"its least memory, {format_size(error.min_budget)} ({error.min_budget} bytes), exceeds the budget"
     if overhead(schedule) > max_overhead + 1e-12:
-        return None, f"its fastest schedule within the budget needs +{100 * overhead(schedule):.1f}% overhead"
+        which = "fastest schedule" if strategy == "optimal" else "schedule"
+        return None, f"its {which} within the budget needs +{100 * overhead(schedule):.1f}% overhead"
     return schedule, ""
 
 
