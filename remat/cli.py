@@ -20,6 +20,7 @@ from remat.cli_args import (
     plot_file,
     seconds,
 )
+from remat.cli_plan import add_plan_parser
 from remat.schedules import (
     ChainProfile,
     RematError,
@@ -591,6 +592,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--plot", type=plot_file, help="draw predicted and measured memory per op (MiB) into this PNG"
     )
     execute_cmd.set_defaults(func=_with_threads(_cmd_execute))
+    add_plan_parser(sub)
     return parser
 
 

@@ -1,0 +1,185 @@
+"""``remat plan``: the largest batch (or length of one input dimension) that fits a device's memory
+at a bounded overhead, for the optimal schedule, Chen's sqrt(n) and store-all. See docs/plan.md.
+
+Registered by :func:`add_plan_parser`; errors are :class:`RematError` (one line, exit 2, printed
+by ``remat.cli.main``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from remat.schedules import RematError, format_size, parse_size, save_profile, save_schedule
+from remat.solver.plan import (
+    ADAM_COPIES,
+    PLAN_STRATEGIES,
+    Fit,
+    confirmed_largest,
+    fit_growth,
+    fixed_bytes_auto,
+    overhead_curve,
+)
+
+CURVE_OVERHEADS = tuple(p / 100 for p in range(0, 101, 5))
+
+
+def parse_percent(text: str, option: str) -> float:
+    """``10%`` or ``10`` -> 0.1."""
+    raw = str(text).strip().removesuffix("%")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise RematError(f"{option}: expected a non-negative percentage like 10%, got {text!r}")
+    return value / 100
+
+
+def parse_points(text: str | None, default: int) -> list[int]:
+    """``8,16,24`` -> [8, 16, 24]; default: 1x, 2x and 3x the input shape's size."""
+    if text is None:
+        return [default, 2 * default, 3 * default]
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise RematError(f"--points: expected comma-separated integers like 8,16,24, got {text!r}") from None
+
+
+def _fixed(text: str, profile) -> tuple[int, str]:
+    if text.strip().lower() == "auto":
+        params = sum(s.param_size for s in profile.stages)
+        fixed = fixed_bytes_auto(profile)
+        return fixed, (
+            f"{format_size(fixed)} ({fixed} bytes) = {ADAM_COPIES} x {format_size(params)} of parameters "
+            "(parameters + gradients + Adam's two moments; auto)"
+        )
+    fixed = parse_size(text)
+    return fixed, f"{format_size(fixed)} ({fixed} bytes; given)"
+
+
+def _ms(value: float) -> str:
+    return f"{value:.0f}" if value >= 1000 else f"{value:.4g}"
+
+
+def _row(fit: Fit, label: str) -> str:
+    if fit.size is None:
+        blank = f"{'':>12} {'':>10} {'':>9}"
+        return f"{fit.strategy:<10} {'-':>8} {blank}  not even {label} {fit.next_size}: {fit.next_reason}"
+    peak = fit.schedule.predicted.peak_memory
+    verdict = "" if fit.next_reason.startswith("not searched") else "does not fit: "
+    return (
+        f"{fit.strategy:<10} {fit.size:>8} {format_size(peak):>12} {_ms(fit.schedule.predicted.compute_ms):>8}ms "
+        f"{100 * fit.overhead:>+8.1f}%  {fit.next_size} {verdict}{fit.next_reason}"
+    )
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from remat.executor.batch_profiles import chain_profiler, parse_vary
+    from remat.executor.loading import parse_dtype, parse_shape, resolve_device
+
+    shape = parse_shape(args.input_shape)
+    dim = parse_vary(args.vary, len(shape))
+    what = "batch" if dim == 0 else f"dim {dim}"
+    memory = parse_size(args.memory)
+    allowed = parse_percent(args.max_overhead, "--max-overhead")
+    points = parse_points(args.points, shape[dim])
+    if args.max_size < 1:
+        raise RematError(f"--max-size: must be a positive integer, got {args.max_size}")
+    mode = "measured" if args.measured else "meta"
+    device = resolve_device(args.device) if mode == "measured" else None
+    profiler = chain_profiler(args.model, shape, dim, mode, parse_dtype(args.dtype), device)
+    growth = fit_growth(profiler, points, time_rtol=None if mode == "measured" else 1e-6)
+    fixed, fixed_note = _fixed(args.fixed_bytes, growth.profiles[0])
+    budget = memory - fixed
+    if budget <= 0:
+        raise RematError(f"--fixed-bytes: {format_size(fixed)} leaves nothing of --memory {format_size(memory)}")
+    fits = {}
+    for name in PLAN_STRATEGIES:
+        fits[name], growth = confirmed_largest(growth, profiler, budget, allowed, name, upper=args.max_size)
+    first = growth.profiles[0]
+    times = "times from FLOPs (meta tensors)" if mode == "meta" else f"measured on {first.metadata['device']}"
+    print(f"model        {args.model}, input {args.input_shape}, varying {what}; {first.length} stages")
+    print(f"profiles     {mode}: sizes exact, {times}; at {what} {', '.join(map(str, growth.points))}")
+    print(f"growth       {growth.kind} in {what}, every field checked against the other profiles (sizes exact)")
+    for line in growth.describe():
+        print(f"  {line}")
+    print(f"memory       {format_size(memory)} ({memory} bytes)")
+    print(f"fixed        {fixed_note}")
+    print(f"activations  {format_size(budget)} ({budget} bytes), at most +{100 * allowed:g}% over store-all")
+    print(f"{'strategy':<10} {what:>8} {'peak':>12} {'step':>10} {'overhead':>9}")
+    for fit in fits.values():
+        print(_row(fit, what))
+    print(f"confirmed    each answer and the next {what} against real profiles (sizes to the byte)")
+    best = fits["optimal"]
+    if best.size is not None:
+        if args.output:
+            save_schedule(best.schedule, args.output)
+            print(f"wrote {args.output} (optimal schedule at {what} {best.size})")
+        if args.save_profile:
+            save_profile(growth.profile_at(best.size), args.save_profile)
+            print(f"wrote {args.save_profile} (profile at {what} {best.size})")
+    if args.plot:
+        _plot(growth, budget, what, args)
+    return 0
+
+
+def _plot(growth, budget: int, what: str, args: argparse.Namespace) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves = overhead_curve(growth, budget, CURVE_OVERHEADS, upper=args.max_size)
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    percent = [100 * o for o in CURVE_OVERHEADS]
+    for name, sizes in curves.items():
+        axis.step(percent, [s or 0 for s in sizes], where="post", label=name, marker=".")
+    axis.set_xlabel("overhead allowed over store-all (%)")
+    axis.set_ylabel(f"largest {what} that fits")
+    axis.set_title(f"{args.model.split(':')[-1]}: {format_size(budget)} for activations")
+    axis.grid(alpha=0.3)
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(args.plot, dpi=120)
+    plt.close(figure)
+    print(f"wrote {args.plot}")
+
+
+def add_plan_parser(sub) -> None:
+    """Add the ``plan`` subcommand to ``remat``'s subparsers."""
+    plan = sub.add_parser(
+        "plan",
+        help="the largest batch (or length) whose schedule fits a memory at a bounded overhead",
+        description="Profile MODEL at a few sizes of one input dimension, fit how its chain grows, and find the "
+        "largest size whose optimal schedule (and Chen's sqrt(n), and store-all) fits --memory minus the fixed "
+        "bytes with at most --max-overhead over store-all.",
+        epilog="example: remat plan --model remat.executor.zoo.gpt2:gpt2_small --input-shape 1,1024,768 "
+        "--memory 80GB --max-overhead 10%",
+    )
+    plan.add_argument("--model", required=True, help="model factory as package.module:factory")
+    plan.add_argument("--input-shape", required=True, help="an input shape, e.g. 8,3,224,224 (first is the batch)")
+    plan.add_argument("--vary", default="batch", help="batch (default) or dim=N: the input dimension to grow")
+    plan.add_argument("--memory", required=True, help="device memory: bytes, 80GB, 24GiB")
+    plan.add_argument("--max-overhead", default="10%", help="step time allowed over store-all (default 10%%)")
+    plan.add_argument(
+        "--fixed-bytes",
+        default="auto",
+        help="memory outside the activations: bytes, or auto = 4 x parameters (weights, grads, Adam) (default)",
+    )
+    plan.add_argument(
+        "--max-size", type=int, default=2**40, help="largest size to consider (e.g. the model's context length)"
+    )
+    plan.add_argument("--points", help="sizes to profile, e.g. 8,16,24 (default: 1x, 2x, 3x the input's)")
+    mode = plan.add_mutually_exclusive_group()
+    mode.add_argument("--meta", action="store_true", help="profile on meta tensors, times from FLOPs (default)")
+    mode.add_argument("--measured", action="store_true", help="profile on the device: measured times and sizes")
+    plan.add_argument("--device", help="--measured: cuda or cpu (default: cuda when available)")
+    plan.add_argument("--dtype", default="float32", help="float32 (default), float16, bfloat16, float64")
+    plan.add_argument("-o", "--output", help="write the optimal schedule at the planned size here")
+    plan.add_argument("--save-profile", help="write the chain profile at the planned size here (for remat execute)")
+    plan.add_argument("--plot", help="draw the largest size against the overhead allowed (0-100%%) into this PNG")
+    plan.set_defaults(func=_cmd_plan)
+
+
+__all__ = ["add_plan_parser", "parse_percent", "parse_points"]
