@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 
+from remat.cli_args import output_file, plot_file
 from remat.schedules import RematError, format_size, parse_size, save_profile, save_schedule
 from remat.solver.plan import (
     ADAM_COPIES,
@@ -176,9 +177,13 @@ def add_plan_parser(sub) -> None:
     mode.add_argument("--measured", action="store_true", help="profile on the device: measured times and sizes")
     plan.add_argument("--device", help="--measured: cuda or cpu (default: cuda when available)")
     plan.add_argument("--dtype", default="float32", help="float32 (default), float16, bfloat16, float64")
-    plan.add_argument("-o", "--output", help="write the optimal schedule at the planned size here")
-    plan.add_argument("--save-profile", help="write the chain profile at the planned size here (for remat execute)")
-    plan.add_argument("--plot", help="draw the largest size against the overhead allowed (0-100%%) into this PNG")
+    plan.add_argument("-o", "--output", type=output_file, help="write the optimal schedule at the planned size here")
+    plan.add_argument(
+        "--save-profile", type=output_file, help="write the chain profile at the planned size here (for remat execute)"
+    )
+    plan.add_argument(
+        "--plot", type=plot_file, help="draw the largest size against the overhead allowed (0-100%%) into this PNG"
+    )
     plan.set_defaults(func=_cmd_plan)
 
 

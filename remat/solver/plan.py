@@ -26,12 +26,20 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
 from remat.schedules import ChainProfile, InfeasibleBudgetError, RematError, Schedule, Stage, format_size
 
-SIZE_FIELDS = ("output_size", "saved_size", "forward_overhead", "backward_overhead", "param_size")
+SIZE_FIELDS = (
+    "output_size",
+    "saved_size",
+    "forward_overhead",
+    "forward_nograd_overhead",
+    "backward_overhead",
+    "param_size",
+)
 TIME_FIELDS = ("forward_ms", "backward_ms")
 DEGREE_NAMES = {0: "piecewise linear", 1: "linear", 2: "quadratic", 3: "cubic"}
 ADAM_COPIES = 4  # parameters, their gradients, Adam's first and second moments (same dtype)
@@ -72,11 +80,16 @@ def _degree(xs: Sequence[int], ys: Sequence[Fraction], max_degree: int, close: C
     return PIECEWISE
 
 
+def _field(stage: Stage, name: str) -> float:
+    # an absent no-grad transient is the recording forward's (docs/model.md): fit the value in force
+    return stage.nograd_overhead if name == "forward_nograd_overhead" else getattr(stage, name)
+
+
 def _fields(profile: ChainProfile) -> list[tuple[str, float]]:
     """Every (label, value) the growth model predicts, in a fixed order: input size, then per stage."""
     values: list[tuple[str, float]] = [("input_size", profile.input_size)]
     for i, stage in enumerate(profile.stages):
-        values += [(f"stage {i} ({stage.name}) {f}", getattr(stage, f)) for f in SIZE_FIELDS + TIME_FIELDS]
+        values += [(f"stage {i} ({stage.name}) {f}", _field(stage, f)) for f in SIZE_FIELDS + TIME_FIELDS]
     return values
 
 
@@ -147,6 +160,7 @@ class GrowthModel:
             stages.append(Stage(name=stage.name, **sizes, **times))
         first = self.profiles[0]
         metadata = {k: v for k, v in first.metadata.items() if k != "forward_overheads_nograd"}
+        metadata.update(_input_at(self.profiles, x))
         metadata["growth"] = {"model": self.kind, "points": list(self.points), "x": x}
         profile = ChainProfile(name=f"{first.name}@{x}", input_size=input_size, stages=tuple(stages), metadata=metadata)
         if len(self._memo) < 256:
@@ -166,6 +180,20 @@ def mismatches(model: GrowthModel, real: ChainProfile, x: int, time_rtol: float 
         elif "_ms" in label and time_rtol is not None and abs(got - want) > time_rtol * max(abs(want), 1e-12):
             found.append(f"{label}: predicted {got:.6g} ms, profiled {want:.6g} ms")
     return found
+
+
+def _input_at(profiles: Sequence[ChainProfile], x: int) -> dict[str, Any]:
+    """The predicted profile's input shape (and batch size): the profiled shapes with the varied
+    dimension set to ``x``, so that ``remat execute`` checks it against the input it runs on."""
+    shapes = [p.metadata.get("input_shape") for p in profiles]
+    if any(not isinstance(shape, list) for shape in shapes) or len({len(shape) for shape in shapes}) != 1:
+        return {}
+    varied = [d for d in range(len(shapes[0])) if len({shape[d] for shape in shapes}) > 1]
+    if len(varied) != 1:
+        return {}
+    shape = list(shapes[0])
+    shape[varied[0]] = x
+    return {"input_shape": shape, "batch_size": shape[0]}
 
 
 def _same_stages(profiles: Mapping[int, ChainProfile]) -> None:
