@@ -24,10 +24,7 @@ transients; parameters, their gradients and optimizer state are outside it.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import math
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -36,6 +33,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
 
 from remat.executor.flops import FlopTimeEstimate, KindRate, measure_rates  # noqa: E402
 from remat.executor.measure import measure_steps  # noqa: E402
@@ -66,15 +65,7 @@ PAPER = {"store_all_gb": 48.0, "sqrt_gb": 7.0, "sqrt_overhead_percent": 30.0}
 
 
 def machine() -> dict:
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "note": "shared machine (2 cores, several sessions): measured rates are noisy",
-    }
+    return machine_info.machine("shared machine (2 cores, several sessions): measured rates are noisy")
 
 
 def measure_block_rates(repeats: int) -> dict:

@@ -11,13 +11,11 @@ shared machine; they say how long a user waits, not how fast anything trains).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import os
-import platform
 import time
 from pathlib import Path
 
+import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
 import torch
 from torch import nn
 
@@ -72,14 +70,7 @@ def models(image: int) -> dict[str, tuple[str, dict, object, bool]]:
 
 
 def machine() -> dict:
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-    }
+    return machine_info.machine()
 
 
 def run_one(spec: str, config: dict, inputs: object, image_model: bool) -> dict:

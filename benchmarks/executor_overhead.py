@@ -18,13 +18,11 @@ Writes benchmarks/results/executor_overhead.json (with the machine it ran on).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import os
-import platform
 import time
 from pathlib import Path
 
+import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
 import torch
 from torch.utils.checkpoint import checkpoint_sequential
 
@@ -47,15 +45,7 @@ MODELS = {
 
 
 def machine() -> dict:
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-    }
+    return machine_info.machine()
 
 
 def one_step(forward, params_owner, x, weight) -> None:

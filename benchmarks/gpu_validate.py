@@ -27,10 +27,7 @@ from __future__ import annotations
 
 import argparse
 import copy
-import datetime as dt
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -39,6 +36,8 @@ import torch
 
 # this checkout's remat, not an installed one (python benchmarks/gpu_validate.py from any directory)
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
 
 from remat.executor.chain import as_chain  # noqa: E402
 from remat.executor.graph_profile import profile_graph  # noqa: E402
@@ -73,14 +72,7 @@ GRAPH_RUNS = (("store-all", 1.0), *((s, f) for f in (0.7, 0.5) for s in ("chen-g
 
 
 def machine() -> dict:
-    return {
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-    }
+    return machine_info.machine()
 
 
 def solve_at(profile, budget: int):

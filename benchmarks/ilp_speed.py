@@ -16,16 +16,15 @@ the CPU count and load average at the start).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
 
 from remat.schedules import InfeasibleBudgetError, RematError, load_profile  # noqa: E402
 from remat.solver import solve  # noqa: E402
@@ -35,28 +34,7 @@ from remat.solver.graph_stages import memory_lower_bound, plan_peak  # noqa: E40
 
 
 def machine() -> dict:
-    info = {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "load_average_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
-        "note": "2-core machine shared with several other sessions during the run: times are noisy",
-    }
-    try:
-        import ortools
-
-        info["ortools"] = ortools.__version__
-    except Exception:  # noqa: BLE001
-        pass
-    try:
-        import torch
-
-        info["torch"] = torch.__version__
-    except Exception:  # noqa: BLE001
-        info["torch"] = None
-    return info
+    return machine_info.machine("2-core machine shared with several other sessions during the run: times are noisy")
 
 
 def _run(profile, budget, strategy, **options) -> dict:

@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import json
 import math
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -38,6 +36,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
 
 from remat.executor.chain import as_chain  # noqa: E402
 from remat.executor.measure import compare  # noqa: E402
@@ -57,15 +57,7 @@ PLOT = ROOT / "docs" / "lstm_memory_vs_T.png"
 
 
 def machine() -> dict:
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "note": "shared machine (2 cores, several sessions): times are noisy",
-    }
+    return machine_info.machine("shared machine (2 cores, several sessions): times are noisy")
 
 
 def state() -> torch.Tensor:

@@ -15,10 +15,7 @@ Writes benchmarks/results/meter_cost.json (with the machine it ran on).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -27,6 +24,8 @@ import torch
 
 # this checkout's remat, not an installed one
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
 
 from remat.executor.allocator import AllocatorMeter, tensor_meter  # noqa: E402
 from remat.executor.measure import prepare_grads  # noqa: E402
@@ -43,15 +42,7 @@ MODELS = {
 
 
 def machine() -> dict:
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-    }
+    return machine_info.machine()
 
 
 def measure(name: str, device: torch.device, steps: int) -> dict:

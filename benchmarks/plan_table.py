@@ -15,10 +15,7 @@ docs/plan_gpt2_80gb.png (largest batch vs overhead allowed, 0..100%).
 
 from __future__ import annotations
 
-import datetime as dt
 import math
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -27,6 +24,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
 
 from remat.executor.batch_profiles import chain_profiler  # noqa: E402
 from remat.schedules import write_json  # noqa: E402
@@ -54,14 +53,7 @@ PLOT = ROOT / "docs" / "plan_gpt2_80gb.png"
 
 
 def machine() -> dict:
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "note": "meta-tensor profiles: no timing on this machine enters the table",
-    }
+    return machine_info.machine("meta-tensor profiles: no timing on this machine enters the table")
 
 
 def cell(fit) -> dict:

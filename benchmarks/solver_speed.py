@@ -28,22 +28,21 @@ benchmarks/results/solver_speed.json.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import os
-import platform
 import random
 import resource
 import subprocess
 import sys
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
 
 from remat.schedules import ChainProfile, Stage  # noqa: E402
 
@@ -260,24 +259,7 @@ def _agreement(top: list[float], ref: list[float]) -> tuple[bool, float]:
 
 
 def machine() -> dict:
-    def version(name: str) -> str:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return "not installed"
-
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "numpy": version("numpy"),
-        "numba": version("numba"),
-        "torch": version("torch"),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "load_average_at_start": list(os.getloadavg()),
-        "note": "shared machine: other jobs were running; times are wall-clock and noisy",
-    }
+    return machine_info.machine("shared machine: other jobs were running; times are wall-clock and noisy")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,10 +14,7 @@ Times are wall-clock seconds on whatever machine runs this (the JSON records its
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -25,6 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+
+import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
 
 from remat.cli import reference_peak  # noqa: E402
 from remat.schedules import RematError, load_profile  # noqa: E402
@@ -36,14 +35,7 @@ RESULTS = ROOT / "benchmarks" / "results" / "time_limits.json"
 
 
 def machine() -> dict:
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "load_average_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
-    }
+    return machine_info.machine()
 
 
 def graphs() -> dict:
