@@ -15,6 +15,7 @@ from remat.schedules import Schedule, format_size
 _HIDDEN = {
     "slots",
     "slot_bytes",
+    "table_free_bytes",
     "backend",
     "variables",
     "phases_seconds",
