@@ -7,10 +7,11 @@ from __future__ import annotations
 import math
 from itertools import accumulate
 
+from chain_strategies import random_chains
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remat.schedules import ChainProfile, InfeasibleBudgetError, Stage
+from remat.schedules import ChainProfile, InfeasibleBudgetError
 from remat.solver import solve, strategy_names
 from remat.solver.chen_greedy import candidate_thresholds, greedy_starts
 from remat.solver.pareto import budget_sweep, chain_checkpoints, sweep_strategy
@@ -21,24 +22,8 @@ sizes = st.one_of(st.just(0), st.integers(1, 1000), st.integers(10**6, 10**9), s
 times = st.floats(0.0, 100.0, allow_nan=False, allow_infinity=False)
 
 
-@st.composite
-def chains(draw, max_length: int = 14) -> ChainProfile:
-    stages = []
-    for _ in range(draw(st.integers(1, max_length))):
-        out = draw(sizes)
-        stages.append(
-            Stage(
-                "s",
-                draw(times),
-                draw(times),
-                out,
-                out + draw(sizes),
-                draw(sizes),
-                draw(sizes),
-                forward_nograd_overhead=draw(st.one_of(st.none(), sizes)),
-            )
-        )
-    return ChainProfile("random", draw(sizes), tuple(stages))
+def chains(max_length: int = 14):
+    return random_chains(sizes, times, max_length=max_length)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

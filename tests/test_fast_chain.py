@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 
+from chain_strategies import random_chains
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,24 +21,8 @@ sizes = st.one_of(st.just(0), st.integers(1, 1000), st.integers(10**6, 10**12))
 times = st.one_of(st.just(0.0), st.floats(0.001, 1e6, allow_nan=False, allow_infinity=False))
 
 
-@st.composite
-def chains(draw) -> ChainProfile:
-    stages = []
-    for _ in range(draw(st.integers(1, 12))):
-        out = draw(sizes)
-        stages.append(
-            Stage(
-                "s",
-                draw(times),
-                draw(times),
-                out,
-                out + draw(sizes),
-                draw(sizes),
-                draw(sizes),
-                forward_nograd_overhead=draw(st.one_of(st.none(), sizes)),
-            )
-        )
-    return ChainProfile("random", draw(sizes), tuple(stages))
+def chains(max_length: int = 12):
+    return random_chains(sizes, times, max_length=max_length)
 
 
 def _valid_ops(profile: ChainProfile, rng: random.Random) -> list:

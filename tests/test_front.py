@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from chain_strategies import random_chains
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -29,24 +30,8 @@ overheads = st.one_of(st.just(0), st.integers(1, 1000), st.integers(10**6, 10**9
 times = st.floats(0.001, 100.0, allow_nan=False, allow_infinity=False)
 
 
-@st.composite
-def chains(draw, max_length: int = 12) -> ChainProfile:
-    stages = []
-    for _ in range(draw(st.integers(1, max_length))):
-        out = draw(sizes)
-        stages.append(
-            Stage(
-                "s",
-                draw(times),
-                draw(times),
-                out,
-                out + draw(sizes),
-                draw(overheads),
-                draw(overheads),
-                forward_nograd_overhead=draw(st.one_of(st.none(), overheads)),
-            )
-        )
-    return ChainProfile("random", draw(sizes), tuple(stages))
+def chains(max_length: int = 12):
+    return random_chains(sizes, times, overheads, max_length=max_length)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
