@@ -84,6 +84,22 @@ def overhead(schedule) -> float:
     return p.recompute_ms / (p.compute_ms - p.recompute_ms)
 
 
+def least_within(within, lo: int, hi: int, close_enough):
+    """Bisection for the least x in (lo, hi] whose ``within(x)`` is a schedule (``lo`` is assumed
+    not within); returns that schedule, or None when not even ``hi`` is within."""
+    best = within(hi)
+    if best is None:
+        return None
+    while not close_enough(lo, hi):
+        mid = (lo + hi) // 2
+        schedule = within(mid)
+        if schedule is None:
+            lo = mid
+        else:
+            hi, best = mid, schedule
+    return best
+
+
 def revolve_least_memory(profile: ChainProfile, level: float):
     """The revolve schedule with the fewest checkpoints c within ``level`` overhead (revolve's forward
     steps, hence its overhead, never grow with c); None if even c = T - 1 is not within it."""
@@ -92,18 +108,8 @@ def revolve_least_memory(profile: ChainProfile, level: float):
         schedule = solve(profile, 2**62, "revolve", checkpoints=c)
         return schedule if overhead(schedule) <= level + 1e-12 else None
 
-    lo, hi = 0, max(1, profile.length - 1)  # c = hi is within the level, c = lo is not (0 is no schedule)
-    best = within(hi)
-    if best is None:
-        return None
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        schedule = within(mid)
-        if schedule is None:
-            lo = mid
-        else:
-            hi, best = mid, schedule
-    return best
+    # c = hi is within the level, c = lo is not (0 is no schedule)
+    return least_within(within, 0, max(1, profile.length - 1), lambda lo, hi: hi - lo <= 1)
 
 
 def dp_least_memory(profile: ChainProfile, level: float):
@@ -119,17 +125,8 @@ def dp_least_memory(profile: ChainProfile, level: float):
             return None
         return schedule if overhead(schedule) <= level + 1e-12 else None
 
-    lo = profile.input_size
-    hi = solve(profile, 2**62, "store-all").predicted.peak_memory
-    best = within(hi)
-    while hi - lo > 0.002 * hi:
-        mid = (lo + hi) // 2
-        schedule = within(mid)
-        if schedule is None:
-            lo = mid
-        else:
-            hi, best = mid, schedule
-    return best
+    store_all = solve(profile, 2**62, "store-all").predicted.peak_memory
+    return least_within(within, profile.input_size, store_all, lambda lo, hi: hi - lo <= 0.002 * hi)
 
 
 def point(schedule_or_point) -> dict | None:
