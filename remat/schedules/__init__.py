@@ -21,6 +21,7 @@ from remat.schedules.profile import (
     GraphProfile,
     Profile,
     Stage,
+    StageOption,
 )
 from remat.schedules.schedule import SCHEDULE_FORMAT, Op, Prediction, Schedule, parse_ops
 from remat.schedules.simulator import (
@@ -51,6 +52,7 @@ __all__ = [
     "ScheduleError",
     "SimulationResult",
     "Stage",
+    "StageOption",
     "check_schedule",
     "format_size",
     "load_profile",

@@ -111,7 +111,10 @@ def profile_arrays(profile) -> tuple[np.ndarray, ...] | None:
 
 
 def encode(ops) -> tuple[np.ndarray, np.ndarray] | None:
-    """Op codes and indices as arrays, or None if some op has no code or an index past int64."""
+    """Op codes and indices as arrays, or None if some op has no code or an index past int64, or
+    records with an option (``("F_all", i, k)``: only the reference simulator knows options)."""
+    if any(len(op) != 2 for op in ops):
+        return None
     try:
         kinds = np.fromiter((CODES.get(name, -1) for name, _ in ops), dtype=np.int64, count=len(ops))
         indices = np.fromiter((index for _, index in ops), dtype=np.int64, count=len(ops))

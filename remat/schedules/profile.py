@@ -10,6 +10,7 @@ Units everywhere: sizes in bytes (int), times in milliseconds (float).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import json
@@ -101,6 +102,41 @@ def _digest(data: Mapping[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
+class StageOption:
+    """One alternative recording forward of a stage (``F_all i k`` with ``k >= 1``): a different
+    choice of what autograd keeps (e.g. only the outputs of the matmuls), the rest recomputed
+    inside the backward. The forward and its output are the stage's; see docs/model.md.
+
+    Attributes:
+        name: what it keeps, for humans and for the executor (which maps it to a policy).
+        saved_size: bytes newly held after this recording forward (its saved tensors plus the
+            output a_{i+1}), ``>= output_size``.
+        backward_ms: milliseconds of the backward, including the recompute inside it; at least
+            the stage's own ``backward_ms``.
+        forward_overhead: transient bytes of this recording forward.
+        backward_overhead: transient bytes of its backward (including what the recompute holds).
+
+    In JSON a field that is not given inherits the stage's value; the loaded option holds the
+    resolved values and writes them all back.
+    """
+
+    name: str
+    saved_size: int
+    backward_ms: float
+    forward_overhead: int = 0
+    backward_overhead: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "saved_size": self.saved_size,
+            "backward_ms": self.backward_ms,
+            "forward_overhead": self.forward_overhead,
+            "backward_overhead": self.backward_overhead,
+        }
+
+
+@dataclass(frozen=True)
 class Stage:
     """One stage of a chain: maps activation a_i to a_{i+1}.
 
@@ -118,6 +154,8 @@ class Stage:
             (``F_ck``, ``F_n``); optional: ``None`` (not given) means the same as
             ``forward_overhead``, and it is then left out of the JSON, so older files keep their
             digest. :attr:`nograd_overhead` is the value that applies.
+        options: alternative recording forwards (:class:`StageOption`), options 1, 2, ...; the
+            stage's own fields are option 0 ("save all"). Optional; empty is left out of the JSON.
     """
 
     name: str
@@ -129,6 +167,20 @@ class Stage:
     backward_overhead: int = 0
     param_size: int = 0
     forward_nograd_overhead: int | None = None
+    options: tuple[StageOption, ...] = ()
+
+    @property
+    def option_count(self) -> int:
+        """Number of recording forwards: 1 (the stage's own, option 0) plus its options."""
+        return 1 + len(self.options)
+
+    def recording(self, k: int) -> StageOption:
+        """Recording forward ``k`` (0: the stage's own fields, named "save all")."""
+        if k == 0:
+            return StageOption(
+                "save all", self.saved_size, self.backward_ms, self.forward_overhead, self.backward_overhead
+            )
+        return self.options[k - 1]
 
     @property
     def nograd_overhead(self) -> int:
@@ -148,7 +200,31 @@ class Stage:
         }
         if self.forward_nograd_overhead is not None:
             data["forward_nograd_overhead"] = self.forward_nograd_overhead
+        if self.options:
+            data["options"] = [option.to_dict() for option in self.options]
         return data
+
+
+def _validated_option(option: Any, stage: Stage, path: str) -> StageOption:
+    if not isinstance(option, StageOption):
+        raise ProfileError(f"{path}: must be a StageOption")
+    checked = StageOption(
+        name=_check_name(option.name, f"{path}.name"),
+        saved_size=_check_size(option.saved_size, f"{path}.saved_size"),
+        backward_ms=_check_time(option.backward_ms, f"{path}.backward_ms"),
+        forward_overhead=_check_size(option.forward_overhead, f"{path}.forward_overhead"),
+        backward_overhead=_check_size(option.backward_overhead, f"{path}.backward_overhead"),
+    )
+    if checked.saved_size < stage.output_size:
+        raise ProfileError(f"{path}.saved_size: must be >= the stage's output_size (saved includes the output)")
+    # recompute_ms counts an option's extra backward time; a faster backward than the stage's own
+    # would make it negative (a measurement below the plain backward is noise: clamp it)
+    if checked.backward_ms < stage.backward_ms:
+        raise ProfileError(
+            f"{path}.backward_ms: must be >= the stage's backward_ms ({stage.backward_ms}): "
+            "an option's backward includes its recompute"
+        )
+    return checked
 
 
 def _validated_stage(stage: Stage, path: str) -> Stage:
@@ -167,7 +243,35 @@ def _validated_stage(stage: Stage, path: str) -> Stage:
     )
     if checked.saved_size < checked.output_size:
         raise ProfileError(f"{path}.saved_size: must be >= output_size (saved includes the output)")
-    return checked
+    options = stage.options
+    if not isinstance(options, Sequence) or isinstance(options, (str, bytes)):
+        raise ProfileError(f"{path}.options: must be a list of options")
+    checked_options = tuple(
+        _validated_option(option, checked, f"{path}.options[{k}]") for k, option in enumerate(options)
+    )
+    return dataclasses.replace(checked, options=checked_options)
+
+
+def _option_from_dict(raw: Any, stage: Mapping[str, Any], path: str, number: int) -> StageOption:
+    """An option from JSON; a field it does not give inherits the stage's (``stage`` is raw JSON)."""
+    if not isinstance(raw, Mapping):
+        raise ProfileError(f"{path}: must be a JSON object")
+    _reject_unknown_keys(raw, StageOption, path)
+    values = {}
+    for key in ("saved_size", "backward_ms", "forward_overhead", "backward_overhead"):
+        if key in raw and raw[key] is None:
+            raise ProfileError(f"{path}.{key}: must be a number, got null")
+        values[key] = raw[key] if key in raw else stage.get(key, 0)
+    return StageOption(name=raw.get("name", f"option {number}"), **values)
+
+
+def _options_from_dict(raw: Mapping[str, Any], path: str) -> tuple[StageOption, ...]:
+    if "options" not in raw:
+        return ()
+    options = raw["options"]
+    if not isinstance(options, list):
+        raise ProfileError(f"{path}.options: must be a list of options")
+    return tuple(_option_from_dict(option, raw, f"{path}.options[{k}]", k + 1) for k, option in enumerate(options))
 
 
 @dataclass(frozen=True)
@@ -202,6 +306,16 @@ class ChainProfile:
     def activation_size(self, index: int) -> int:
         """Bytes of a_index (a_0 is the input); also the size of g_index."""
         return self.input_size if index == 0 else self.stages[index - 1].output_size
+
+    @property
+    def has_options(self) -> bool:
+        """True if some stage has alternative recording forwards (:attr:`Stage.options`)."""
+        return any(stage.options for stage in self.stages)
+
+    def without_options(self) -> ChainProfile:
+        """The same chain with every stage's options dropped (option 0 only)."""
+        stages = tuple(dataclasses.replace(stage, options=()) for stage in self.stages)
+        return ChainProfile(self.name, self.input_size, stages, self.metadata)
 
     @property
     def store_all_compute_ms(self) -> float:
@@ -247,6 +361,7 @@ class ChainProfile:
                     backward_overhead=raw.get("backward_overhead", 0),
                     param_size=raw.get("param_size", 0),
                     forward_nograd_overhead=_optional_size(raw, "forward_nograd_overhead", path),
+                    options=_options_from_dict(raw, path),
                 )
             )
         return cls(

@@ -1,7 +1,9 @@
 """Schedules: the op lists every strategy returns and every consumer replays.
 
-Chain ops are ``("F_ck", i)``, ``("F_n", i)``, ``("F_all", i)`` and ``("B", i)``; graph ops are
-``("compute", v)`` and ``("free", v)``. Semantics are in DESIGN.md and implemented once, in
+Chain ops are ``("F_ck", i)``, ``("F_n", i)``, ``("F_all", i)`` and ``("B", i)``, plus
+``("F_all", i, k)``: record stage i with its option k >= 1 (``["F_all", i, 0]`` is read as
+``("F_all", i)``, so option 0 always has the short form); graph ops are ``("compute", v)`` and
+``("free", v)``. Semantics are in DESIGN.md and implemented once, in
 :mod:`remat.schedules.simulator`.
 """
 
@@ -18,7 +20,12 @@ SCHEDULE_FORMAT = "remat-schedule-v1"
 CHAIN_OPS = ("F_ck", "F_n", "F_all", "B")
 GRAPH_OPS = ("compute", "free")
 
-Op = tuple[str, int]
+Op = tuple[str, int] | tuple[str, int, int]
+
+
+def op_option(op: Op) -> int:
+    """The recording option of an op: ``k`` for ``("F_all", i, k)``, else 0."""
+    return op[2] if len(op) == 3 else 0
 
 
 @dataclass(frozen=True)
@@ -67,7 +74,7 @@ class Schedule:
             "profile_sha256": self.profile_sha256,
             "strategy": self.strategy,
             "budget": self.budget,
-            "ops": [[name, index] for name, index in self.ops],
+            "ops": [list(op) for op in self.ops],
             "predicted": self.predicted.to_dict(),
         }
         for key, value in self.extra.items():
@@ -123,15 +130,18 @@ class Schedule:
 
 
 def parse_ops(raw_ops: Any) -> tuple[Op, ...]:
-    """Check the shape of an op list (names and integer indices); semantics are the simulator's job."""
+    """Check the shape of an op list (names and integer indices); semantics are the simulator's job.
+
+    ``["F_all", i, k]`` records with option k; k = 0 is normalized to ``("F_all", i)``."""
     if not isinstance(raw_ops, (list, tuple)):
         raise ScheduleError("ops: must be a list of [op, index] pairs")
     ops = []
     kinds = set()
     for position, op in enumerate(raw_ops):
-        if not isinstance(op, (list, tuple)) or len(op) != 2:
+        if not isinstance(op, (list, tuple)) or len(op) not in (2, 3):
             raise ScheduleError(f"ops[{position}]: must be a pair [op, index], got {op!r}")
-        name, index = op
+        name, index = op[0], op[1]
+        option = _parse_option(op, position) if len(op) == 3 else 0
         if name in CHAIN_OPS:
             kinds.add("chain")
         elif name in GRAPH_OPS:
@@ -142,7 +152,16 @@ def parse_ops(raw_ops: Any) -> tuple[Op, ...]:
             )
         if isinstance(index, bool) or not isinstance(index, int) or index < 0:
             raise ScheduleError(f"ops[{position}]: index must be a non-negative integer, got {index!r}")
-        ops.append((name, index))
+        ops.append((name, index, option) if option else (name, index))
     if len(kinds) > 1:
         raise ScheduleError("ops: mixes chain ops (F_ck, F_n, F_all, B) with graph ops (compute, free)")
     return tuple(ops)
+
+
+def _parse_option(op: list | tuple, position: int) -> int:
+    name, option = op[0], op[2]
+    if name != "F_all":
+        raise ScheduleError(f"ops[{position}]: only F_all takes an option index, got {list(op)!r}")
+    if isinstance(option, bool) or not isinstance(option, int) or option < 0:
+        raise ScheduleError(f"ops[{position}]: option must be a non-negative integer, got {option!r}")
+    return option

@@ -11,8 +11,13 @@ op         needs                                  adds        removes after
 F_ck i     a_i present (a[i] or inside abar[i])   a[i+1]      --
 F_n i      a[i]                                   a[i+1]      a[i]
 F_all i    a_i present                            abar[i+1]   --
+F_all i k  a_i present                            abar[i+1]   --  (recorded with option k)
 B i        abar[i+1], g[i+1], a_i present         g[i]        abar[i+1], g[i+1], a[i]
 =========  =====================================  ==========  =================================
+
+``F_all i k`` records stage i with its option k (:attr:`Stage.options`; k = 0 is the stage's
+own fields): abar[i+1] then holds the option's ``saved_size``, the forward's transient is its
+``forward_overhead``, and ``B i`` costs the option's ``backward_ms`` and ``backward_overhead``.
 
 ``g[n]`` appears just before the first ``B``; the ``B`` ops run once each, n-1 down to 0. An op's
 peak is the memory before it + what it adds + its transient overhead (``forward_overhead`` for
@@ -72,8 +77,8 @@ class SimulationResult:
         return Prediction(self.peak_memory, self.compute_ms, self.recompute_ms)
 
 
-def _op_label(position: int, op: str, index: int) -> str:
-    return f"op {position} ({op} {index})"
+def _op_label(position: int, op: str, index: int, option: int = 0) -> str:
+    return f"op {position} ({op} {index}{f' option {option}' if option else ''})"
 
 
 FAST_FROM_OPS = 256  # shorter op lists are simulated in Python (no compiled code to load)
@@ -135,12 +140,19 @@ def _simulate_chain_reference(profile: ChainProfile, ops: Iterable[Op], timeline
     compute_ms = 0.0
     next_backward = n - 1
     forward_runs = [0] * n  # recompute = sum of (runs - 1) * forward_ms: exact 0 when nothing is rerun
+    recorded = [0] * (n + 1)  # the option abar[i+1] was recorded with
+    option_extra_ms = 0.0  # what the options' backwards add over the stages' own (recompute inside)
     records: list[OpRecord] = []
 
-    for position, (op, i) in enumerate(ops):
-        label = _op_label(position, op, i)
+    for position, (op, i, *rest) in enumerate(ops):
+        option = rest[0] if rest else 0
+        label = _op_label(position, op, i, option)
         if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < n:
             raise ScheduleError(f"{label}: stage index out of range (chain has {n} stages)")
+        if option and (op != "F_all" or not 0 <= option < profile.stages[i].option_count):
+            count = profile.stages[i].option_count
+            what = "only F_all takes an option" if op != "F_all" else f"stage {i} has options 0..{count - 1}"
+            raise ScheduleError(f"{label}: option index out of range ({what})")
         if next_backward < 0:
             raise ScheduleError(f"{label}: comes after the last backward (B 0)")
         stage = profile.stages[i]
@@ -155,14 +167,15 @@ def _simulate_chain_reference(profile: ChainProfile, ops: Iterable[Op], timeline
             if op == "F_all":
                 if abar_held[i + 1]:
                     raise ScheduleError(f"{label}: abar[{i + 1}] is already in memory")
-                added = stage.saved_size
+                added = stage.recording(option).saved_size
                 abar_held[i + 1] = True
+                recorded[i + 1] = option
             else:
                 if a_held[i + 1]:
                     raise ScheduleError(f"{label}: a[{i + 1}] is already in memory")
                 added = act[i + 1]
                 a_held[i + 1] = True
-            transient = stage.forward_overhead if op == "F_all" else stage.nograd_overhead
+            transient = stage.recording(option).forward_overhead if op == "F_all" else stage.nograd_overhead
             op_peak = before + added + transient
             memory = before + added
             if op == "F_n" and i != 0:
@@ -181,17 +194,19 @@ def _simulate_chain_reference(profile: ChainProfile, ops: Iterable[Op], timeline
                 raise ScheduleError(f"{label}: needs abar[{i + 1}], which is not in memory")
             if not (a_held[i] or abar_held[i]):
                 raise ScheduleError(f"{label}: needs a_{i} (a[{i}] or abar[{i}]), which is not in memory")
-            op_peak = before + act[i] + stage.backward_overhead
+            recording = stage.recording(recorded[i + 1])
+            op_peak = before + act[i] + recording.backward_overhead
             memory = before + act[i]
             g_held[i] = True
             abar_held[i + 1] = False
-            memory -= stage.saved_size
+            memory -= recording.saved_size
             g_held[i + 1] = False
             memory -= act[i + 1]
             if a_held[i] and i != 0:
                 a_held[i] = False
                 memory -= act[i]
-            compute_ms += stage.backward_ms
+            compute_ms += recording.backward_ms
+            option_extra_ms += recording.backward_ms - stage.backward_ms
             next_backward -= 1
         else:
             raise ScheduleError(f"{label}: unknown chain op {op!r} (use F_ck, F_n, F_all, B)")
@@ -203,6 +218,7 @@ def _simulate_chain_reference(profile: ChainProfile, ops: Iterable[Op], timeline
         raise ScheduleError(f"schedule ends before B {next_backward}: every B must run once, n-1 down to 0")
     # Every stage ran forward at least once (its B needed its abar), so runs - 1 >= 0.
     recompute_ms = sum((runs - 1) * stage.forward_ms for runs, stage in zip(forward_runs, profile.stages, strict=True))
+    recompute_ms += option_extra_ms  # adds exact 0.0 when no option is used: old results unchanged
     return SimulationResult(
         peak_memory=peak_memory,
         compute_ms=compute_ms,

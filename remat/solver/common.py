@@ -93,7 +93,7 @@ def make_schedule(
         profile_sha256=profile.sha256,
         strategy=strategy,
         budget=int(budget),
-        ops=tuple((name, int(index)) for name, index in ops),
+        ops=tuple((op[0], *map(int, op[1:])) for op in ops),  # ("F_all", i, k) keeps its option
         predicted=result.prediction,
         extra=dict(extra or {}),
     )

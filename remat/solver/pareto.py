@@ -33,7 +33,7 @@ def chain_checkpoints(ops: Iterable[Op]) -> int:
     """Most activations ``a[i]`` (i >= 1) held at once by a chain schedule."""
     held: set[int] = set()
     most = 0
-    for name, i in ops:
+    for name, i, *_ in ops:
         if name in ("F_ck", "F_n"):
             held.add(i + 1)
             if name == "F_n":
