@@ -333,6 +333,10 @@ def minimum_budget(profile: ChainProfile, slots: int = DEFAULT_SLOTS) -> int:
     callers that pass it)."""
     profile = require_chain(profile, NAME)
     _check_slots(slots)
+    if profile.has_options:  # stages with several recording options: remat.solver.optimal_options
+        from remat.solver.optimal_options import least_budget
+
+        return least_budget(profile, slots)
     return profile.input_size + _minimum(profile).free
 
 
@@ -441,6 +445,10 @@ def solve(profile: ChainProfile, budget: int, slots: int = DEFAULT_SLOTS) -> Sch
     schedule at every budget from :func:`minimum_budget` (exact) on."""
     profile = require_chain(profile, NAME)
     _check_slots(slots)
+    if profile.has_options:  # stages with several recording options: remat.solver.optimal_options
+        from remat.solver.optimal_options import solve_options
+
+        return solve_options(profile, budget, slots)
     if budget >= store_all_peak(profile):
         return _store_all_schedule(profile, budget)
     front = _front(profile, slots)
@@ -486,6 +494,10 @@ def optimal_front(profile: ChainProfile, slots: int = DEFAULT_SLOTS, progress: b
     """
     profile = require_chain(profile, NAME)
     _check_slots(slots)
+    if profile.has_options:  # stages with several recording options: remat.solver.optimal_options
+        from remat.solver.optimal_options import options_front
+
+        return options_front(profile, slots)
     return list(_front(profile, slots, progress).points)
 
 
