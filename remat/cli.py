@@ -301,6 +301,9 @@ def _cmd_strategies(args: argparse.Namespace) -> int:
 def _cmd_profile(args: argparse.Namespace) -> int:
     from remat.executor.loading import build, model_options, parse_dtype, parse_shape, resolve_device
 
+    if args.graph and args.options:
+        raise RematError("--options: measures a chain's stage options; it does not apply with --graph")
+
     device = resolve_device(args.device)
     model, x = build(args.model, parse_shape(args.input_shape), device, parse_dtype(args.dtype), **model_options(args))
     name = args.name or f"{args.model.split(':')[-1]}-b{x.shape[0]}-{device.type}"
@@ -334,7 +337,9 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     from remat.executor.profiler import profile_chain
     from remat.schedules import save_profile
 
-    profile = profile_chain(chain_for(model, x), x, name=name, repeats=args.repeats, progress=True)
+    profile = profile_chain(
+        chain_for(model, x), x, name=name, repeats=args.repeats, progress=True, options=args.options
+    )
     save_profile(profile, args.output)
     width = max(len(s.name) for s in profile.stages)
     header = ("fwd ms", "bwd ms", "output", "saved", "fwd tmp", "bwd tmp")
@@ -345,6 +350,9 @@ def _cmd_profile(args: argparse.Namespace) -> int:
             f"{format_size(s.saved_size):>10}  {format_size(s.forward_overhead):>10}  "
             f"{format_size(s.backward_overhead):>10}"
         )
+    for s in profile.stages:  # --options: one line per measured option (docs/model.md)
+        for k, o in enumerate(s.options, start=1):
+            print(f"  {s.name} option {k} '{o.name}': saved {format_size(o.saved_size)}, bwd {o.backward_ms:.3f} ms")
     print(f"input {format_size(profile.input_size)}; {profile.length} stages; device {profile.metadata['device']}")
     print(f"wrote {args.output}")
     return 0
@@ -571,6 +579,11 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("measured", "flops"),
         default="measured",
         help="--graph: node times measured on the device (default) or estimated from FLOPs",
+    )
+    profile_cmd.add_argument(
+        "--options",
+        action="store_true",
+        help="chain: also measure each stage's selective-recording options (docs/model.md; off by default)",
     )
     profile_cmd.add_argument("--name", help="profile name (default: factory-bBATCH-device)")
     profile_cmd.add_argument("-o", "--output", type=output_file, required=True, help="write the profile JSON here")

@@ -327,6 +327,7 @@ def profile_chain(
     progress: bool = False,
     stage_times: Callable[[int, str, nn.Module, torch.Tensor], tuple[float, float]] | None = None,
     timing_note: str | None = None,
+    options: bool = False,
 ) -> ChainProfile:
     """Profile every stage of ``model`` (cut by :func:`as_chain`) on ``example_input``.
 
@@ -334,7 +335,8 @@ def profile_chain(
     left unchanged (buffers, gradients, RNG restored). ``stage_times(index, name, stage, stage_input)``,
     if given, supplies each stage's ``(forward_ms, backward_ms)`` instead of timing it (required
     for real times on the meta device, see the module docstring); ``timing_note`` then says how
-    in the metadata's ``timing``.
+    in the metadata's ``timing``. ``options``: also measure each stage's recording options
+    (:mod:`remat.executor.options_profile`).
     """
     chain = as_chain(model)
     device = example_input.device
@@ -402,12 +404,17 @@ def profile_chain(
         "threads": torch.get_num_threads(),
         "memory": _MEMORY_SOURCE.get(device.type, _MEMORY_SOURCE["cpu"]),
     }
-    return ChainProfile(
+    profile = ChainProfile(
         name=label,
         input_size=allocation_size(example_input.untyped_storage().nbytes(), device),
         stages=tuple(stages),
         metadata=metadata,
     )
+    if options:
+        from remat.executor.options_profile import with_measured_options
+
+        profile = with_measured_options(chain, example_input, profile, repeats)
+    return profile
 
 
 def check_profile_matches(profile: ChainProfile, model: nn.Module | Chain, x: torch.Tensor) -> None:

@@ -13,7 +13,10 @@ tensors exactly as in the simulator (docs/model.md):
 * ``a[i]``: a tensor computed under ``no_grad`` (``F_ck``/``F_n``), or the caller's input for a[0];
 * ``abar[i+1]``: ``(leaf, out)`` from a recording forward of stage i (``F_all``) on
   ``leaf = a_i.detach().requires_grad_()``: autograd keeps the stage's saved tensors alive through
-  ``out``'s graph;
+  ``out``'s graph; ``F_all i k`` (option k >= 1, docs/model.md) records under the selective-
+  checkpoint policy the profile's option k names (:mod:`remat.executor.options_policy`), so
+  ``out``'s graph keeps only what the policy saves and ``B i`` recomputes the rest (buffers such
+  as BatchNorm's running statistics are restored after it, so they are updated once);
 * ``g[i]``: ``leaf.grad`` after ``B i`` ran the stage's backward from ``out`` with ``g[i+1]``;
   parameter gradients go where the caller's backward wants them (``.grad`` for
   ``loss.backward()``/``backward(inputs=...)``, returned for ``torch.autograd.grad``).
@@ -42,6 +45,7 @@ import torch
 from torch import nn
 
 from remat.executor.chain import Chain, as_chain
+from remat.executor.options_policy import require_policy, restored_buffers, selective_forward
 from remat.executor.replay_core import (
     BufferSnapshots,
     GradSink,
@@ -62,10 +66,12 @@ def _dummy_profile(n: int) -> ChainProfile:
 def check_ops_for_chain(ops: Sequence[Op], n: int, profile: ChainProfile | None = None) -> tuple[Op, ...]:
     """Validate chain ``ops`` for a model of ``n`` stages; raise a one-line :class:`RematError`."""
     ops = parse_ops(list(ops))
-    if any(name not in ("F_ck", "F_n", "F_all", "B") for name, _ in ops):
+    if any(op[0] not in ("F_ck", "F_n", "F_all", "B") for op in ops):
         raise ScheduleError("schedule: the executor replays chain schedules (F_ck, F_n, F_all, B), not graph ones")
-    stages_in_schedule = sum(1 for name, _ in ops if name == "B")
-    top = max((i for _, i in ops), default=-1) + 1
+    if profile is None and any(len(op) == 3 for op in ops):
+        raise ScheduleError("schedule records with stage options (F_all i k): pass the profile that names them")
+    stages_in_schedule = sum(1 for op in ops if op[0] == "B")
+    top = max((op[1] for op in ops), default=-1) + 1
     if stages_in_schedule != n or top > n:
         raise ScheduleError(
             f"schedule is for a chain of {max(stages_in_schedule, top)} stages, but the model has {n} stages"
@@ -73,7 +79,15 @@ def check_ops_for_chain(ops: Sequence[Op], n: int, profile: ChainProfile | None 
     if profile is not None and profile.length != n:
         raise ScheduleError(f"profile has {profile.length} stages, but the model has {n} stages")
     simulate(profile or _dummy_profile(n), ops, timeline=False)  # raises ScheduleError naming the op
+    for op in ops:
+        if len(op) == 3:
+            require_policy(profile.stages[op[1]].recording(op[2]).name, f"stage {op[1]} option {op[2]}")
     return ops
+
+
+def _option_names(ops: Sequence[Op], profile: ChainProfile | None) -> dict[tuple[int, int], str]:
+    """(stage, option) -> the policy name of every option the schedule records with."""
+    return {(op[1], op[2]): profile.stages[op[1]].recording(op[2]).name for op in ops if len(op) == 3}
 
 
 class _Step:
@@ -84,6 +98,7 @@ class _Step:
         self.n = len(owner.chain)
         self.a: dict[int, torch.Tensor] = {0: x}
         self.abar: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.recorded: dict[int, int] = {}  # abar[i+1] -> the option it was recorded with
         self.g: dict[int, torch.Tensor | None] = {}
         self.params = trainable_params(owner.chain.stages)
         self.output_ref: weakref.ref | None = None
@@ -102,7 +117,7 @@ class _Step:
         raise RematError(f"executor: a_{i} is not in memory (schedule and executor disagree)")
 
     # -- ops ------------------------------------------------------------------------------
-    def run(self, op: str, i: int, grad_output: torch.Tensor | None = None) -> None:
+    def run(self, op: str, i: int, grad_output: torch.Tensor | None = None, option: int = 0) -> None:
         stage = self.owner.chain.stages[i]
         if op == "B":
             self._backward(i, grad_output)
@@ -114,8 +129,12 @@ class _Step:
                 if leaf.is_floating_point() or leaf.is_complex():
                     leaf.requires_grad_(True)
                 with torch.enable_grad():
-                    out = stage(leaf)
+                    if option:
+                        out = selective_forward(stage, leaf, self.owner.option_names[i, option])
+                    else:
+                        out = stage(leaf)
                 self.abar[i + 1] = (leaf, out)
+                self.recorded[i + 1] = option
             else:
                 with torch.no_grad():
                     out = stage(inp)
@@ -133,7 +152,11 @@ class _Step:
         leaf, out = self.abar.pop(i + 1)
         g_out = self.g.pop(i + 1)
         if out.requires_grad and g_out is not None:
-            self._stage_backward(i, leaf, out, g_out)
+            if self.recorded.pop(i + 1, 0):  # the backward reruns part of the forward: keep buffers as they are
+                with restored_buffers(self.owner.chain.stages[i]):
+                    self._stage_backward(i, leaf, out, g_out)
+            else:
+                self._stage_backward(i, leaf, out, g_out)
         self.g[i] = leaf.grad if leaf.requires_grad else None
         leaf.grad = None
         del leaf, out, g_out
@@ -152,17 +175,18 @@ class _Step:
             with sink.collecting(params):
                 torch.autograd.backward(out, g_out, inputs=targets)
 
-    def _run_observed(self, position: int, op: str, i: int, grad_output: torch.Tensor | None = None) -> None:
+    def _run_observed(self, position: int, op: Op, grad_output: torch.Tensor | None = None) -> None:
         observer = self.owner.observer
+        name, i = op[0], op[1]
         if observer is not None:
-            observer(position, op, i, "before")
-        self.run(op, i, grad_output)
+            observer(position, name, i, "before")
+        self.run(name, i, grad_output, option=op[2] if len(op) == 3 else 0)
         if observer is not None:
-            observer(position, op, i, "after")
+            observer(position, name, i, "after")
 
     def forward_phase(self) -> torch.Tensor:
-        for position, (op, i) in enumerate(self.owner.forward_ops):
-            self._run_observed(position, op, i)
+        for position, op in enumerate(self.owner.forward_ops):
+            self._run_observed(position, op)
         _, out = self.abar[self.n]
         # a_n stays in abar[n] until B n-1, as the chain model counts it (docs/executor.md, abar[n])
         return out.detach()
@@ -170,9 +194,9 @@ class _Step:
     def backward_phase(self, grad_output: torch.Tensor, sink: GradSink) -> tuple[torch.Tensor | None]:
         self.sink = sink
         offset = len(self.owner.forward_ops)
-        for position, (op, i) in enumerate(self.owner.backward_ops, start=offset):
-            self._run_observed(position, op, i, grad_output)
-            if op == "B" and i == self.n - 1:
+        for position, op in enumerate(self.owner.backward_ops, start=offset):
+            self._run_observed(position, op, grad_output)
+            if op[0] == "B" and op[1] == self.n - 1:
                 grad_output = None
         g0 = self.g.pop(0, None)
         self.a.clear()
@@ -210,10 +234,11 @@ class RematChain(nn.Module):
         else:
             ops = schedule
         self.ops = check_ops_for_chain(ops, len(self.chain), profile)
-        first_b = next(k for k, (name, _) in enumerate(self.ops) if name == "B")
+        self.option_names = _option_names(self.ops, profile)
+        first_b = next(k for k, op in enumerate(self.ops) if op[0] == "B")
         self.forward_ops = self.ops[:first_b]
         self.backward_ops = self.ops[first_b:]
-        forwards = Counter(i for name, i in self.ops if name != "B")
+        forwards = Counter(op[1] for op in self.ops if op[0] != "B")
         self.recomputed = frozenset(i for i, count in forwards.items() if count > 1)
         self.snapshots = BufferSnapshots()
         # called as observer(position, op, index, "before" | "after") around every op (measurement)

@@ -1,0 +1,87 @@
+"""The recording options the executor can run: named selective-checkpoint policies.
+
+A stage's option (docs/model.md, "Several recording options per stage") is run as the stage's
+recording forward under ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)`` with a
+selective-checkpoint policy (``create_selective_checkpoint_contexts``, torch >= 2.4): the outputs
+of the ops the policy names are kept (``MUST_SAVE``), everything else the backward needs is
+recomputed inside the backward (``PREFER_RECOMPUTE``). The option's ``name`` in the profile is
+the key into :data:`POLICIES`, so a profile written by ``remat profile --options`` replays as
+measured.
+
+The op names are ATen overload packets as the dispatcher sees them inside a recording forward
+(``nn.Linear`` reaches it as ``addmm``/``mm``, attention's products as ``bmm``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+
+import torch
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+from remat.schedules import RematError
+
+_MATMULS = ("mm", "addmm", "bmm", "baddbmm")
+
+POLICIES: dict[str, tuple[str, ...]] = {
+    # Korthikanti et al. 2022's selective recomputation: keep the matmul outputs, recompute the
+    # attention core (softmax, masking, dropout) and the activations and norms
+    "save matmul outputs": _MATMULS,
+    # a middle point: the softmax output (N x heads x T x T) kept too, so only the cheap
+    # elementwise ops and norms are recomputed
+    "save matmul and softmax outputs": (*_MATMULS, "_softmax"),
+    # conv blocks: keep the convolutions, recompute BatchNorm/ReLU
+    "save convolution outputs": ("convolution", "_convolution", "mkldnn_convolution"),
+}
+"""Option name -> the ATen ops whose outputs the recording forward keeps."""
+
+
+def _resolve(names: tuple[str, ...]) -> frozenset:
+    packets = (getattr(torch.ops.aten, name, None) for name in names)
+    return frozenset(packet for packet in packets if packet is not None)
+
+
+@functools.cache
+def _policy(name: str) -> Callable:
+    keep = _resolve(POLICIES[name])
+
+    def policy(ctx, op, *args, **kwargs):  # noqa: ARG001 - the signature torch calls
+        packet = getattr(op, "overloadpacket", op)
+        return CheckpointPolicy.MUST_SAVE if packet in keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return policy
+
+
+def require_policy(name: str, where: str) -> None:
+    """Raise a one-line :class:`RematError` if no policy is called ``name``."""
+    if name not in POLICIES:
+        known = ", ".join(f"'{k}'" for k in POLICIES)
+        raise RematError(f"{where}: the executor has no recording policy named '{name}' (known: {known})")
+
+
+def selective_forward(stage: torch.nn.Module, leaf: torch.Tensor, name: str) -> torch.Tensor:
+    """Run ``stage(leaf)`` recording with option ``name``: its policy's op outputs are saved, the
+    rest is recomputed inside the backward. ``leaf`` must already require grad when it can."""
+    require_policy(name, "option")
+    context = functools.partial(create_selective_checkpoint_contexts, _policy(name))
+    with torch.enable_grad():
+        return checkpoint(stage, leaf, use_reentrant=False, context_fn=context)
+
+
+@contextlib.contextmanager
+def restored_buffers(stage: torch.nn.Module) -> Iterator[None]:
+    """Put ``stage``'s buffers back as they were once the block ends: the backward of an option
+    reruns part of the forward, which would update BatchNorm's running statistics a second time."""
+    with torch.no_grad():
+        saved = [(b, b.detach().clone()) for b in stage.buffers()]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for buffer, value in saved:
+                buffer.copy_(value)
+
+
+__all__ = ["POLICIES", "require_policy", "restored_buffers", "selective_forward"]

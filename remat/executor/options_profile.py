@@ -1,0 +1,125 @@
+"""Measure the recording options the executor can run (``remat profile --options``).
+
+For every stage of a profiled chain and every policy of :mod:`remat.executor.options_policy`,
+one recording forward with that policy and its backward are metered exactly as the profiler
+meters option 0 (:func:`remat.executor.profiler._record_and_backward_memory`: the allocator's
+reading after the forward is ``saved_size``, its peaks above what each op leaves are the
+transients), and the backward is timed against the plain one in the same loop, so that
+
+    option backward_ms = the stage's backward_ms + (option's backward - plain backward)
+
+carries the recompute inside the backward in the same timing conditions as the stage's own
+(``time_chain``'s in-sequence passes), clamped at the stage's ``backward_ms`` (a difference below
+0 is noise: the option does strictly more work). An option is kept only if it holds less than the
+stage's ``saved_size`` and less than every option already kept at a smaller or equal backward
+time (a dominated option can never help the DP). Sizes in bytes, times in milliseconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from remat.executor.chain import Chain
+from remat.executor.memory import allocation_size
+from remat.executor.options_policy import POLICIES, selective_forward
+from remat.executor.profiler import _leaf, _ModelState, _record_and_backward_memory, time_ms
+from remat.schedules import ChainProfile, Stage, StageOption
+
+
+def _measure(stage: nn.Module, x: torch.Tensor, policy: str | None, repeats: int) -> tuple[int, int, int, float]:
+    """(saved_size, forward_overhead, backward_overhead, backward_ms) of one recording forward of
+    ``stage`` on ``x`` with ``policy`` (None: the plain recording forward)."""
+    device = x.device
+    pre_existing = {s.untyped_storage()._cdata for s in (*stage.parameters(), *stage.buffers())}
+    pre_existing.add(x.untyped_storage()._cdata)
+    input_bytes = allocation_size(x.untyped_storage().nbytes(), device)
+
+    def forward_record():
+        leaf = _leaf(x)
+        with torch.enable_grad():
+            return leaf, stage(leaf) if policy is None else selective_forward(stage, leaf, policy)
+
+    def backward(state):
+        _, out, grad = state
+        if out.requires_grad:
+            torch.autograd.backward(out, grad)
+
+    def setup():
+        leaf, out = forward_record()
+        return leaf, out, torch.ones_like(out)
+
+    backward(setup())  # warm-up: the first checkpointed backward builds its caches
+    saved, forward_overhead, backward_overhead = _record_and_backward_memory(
+        forward_record, backward, pre_existing, input_bytes, device
+    )
+    return saved, forward_overhead, backward_overhead, time_ms(backward, device, repeats, setup=setup)
+
+
+class _OpsSeen(TorchDispatchMode):
+    """The ATen overload packets a block dispatches."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seen.add(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def applicable_policies(stage: nn.Module, x: torch.Tensor) -> list[str]:
+    """The policies that keep some op of ``stage``'s recording forward (a policy keeping none of
+    them would only recompute the whole stage, what a checkpoint already does)."""
+    mode = _OpsSeen()
+    with mode, torch.enable_grad():
+        stage(_leaf(x))
+    return [name for name, ops in POLICIES.items() if mode.seen.intersection(ops)]
+
+
+def stage_options(stage: nn.Module, x: torch.Tensor, record: Stage, repeats: int) -> tuple[StageOption, ...]:
+    """The options worth keeping for one stage (see the module doc), measured on its input ``x``."""
+    names = applicable_policies(stage, x)
+    if not names:
+        return ()
+    *_, plain_ms = _measure(stage, x, None, repeats)
+    found = []
+    for name in names:
+        saved, fo, bo, ms = _measure(stage, x, name, repeats)
+        saved = max(saved, record.output_size)
+        backward_ms = max(record.backward_ms, record.backward_ms + ms - plain_ms)
+        found.append(StageOption(name, int(saved), float(backward_ms), int(fo), int(bo)))
+    kept: list[StageOption] = []
+    for option in sorted(found, key=lambda o: (o.backward_ms, o.saved_size)):
+        if option.saved_size < record.saved_size and all(option.saved_size < k.saved_size for k in kept):
+            kept.append(option)
+    return tuple(kept)
+
+
+def with_measured_options(
+    chain: Chain, example_input: torch.Tensor, profile: ChainProfile, repeats: int = 5
+) -> ChainProfile:
+    """``profile`` (measured on ``chain`` and ``example_input`` by ``profile_chain``) with every
+    stage's options measured and attached; the model is left as it was (buffers, RNG, gradients)."""
+    device = example_input.device
+    if device.type == "meta":
+        return profile  # nothing runs on meta: recomputation has no time to measure
+    state = _ModelState(chain, device)
+    stages = []
+    try:
+        state.zero_grads()
+        x = example_input.detach()
+        for stage, record in zip(chain.stages, profile.stages, strict=True):
+            stages.append(dataclasses.replace(record, options=stage_options(stage, x, record, repeats)))
+            with torch.no_grad():
+                x = stage(x)
+    finally:
+        state.restore()
+    metadata = {**profile.metadata, "options": "measured: remat.executor.options_policy policies"}
+    return ChainProfile(profile.name, profile.input_size, tuple(stages), metadata)
+
+
+__all__ = ["stage_options", "with_measured_options"]
