@@ -74,6 +74,18 @@ def test_every_level_replays_in_the_simulator_as_claimed(profile, data):
         assert math.isclose(plan.compute_ms, table.top[k], rel_tol=1e-9, abs_tol=1e-9)
 
 
+@settings(max_examples=40, deadline=None)
+@given(_with_options(max_length=7), st.data())
+def test_the_options_table_is_never_slower_than_the_single_option_table(profile, data):
+    """Same slots, same levels: options can only add candidates to the record branch."""
+    free = data.draw(st.integers(1, max(1, store_all_peak(profile))))
+    slots = data.draw(st.integers(1, 40))
+    ours = build_options_table(profile, free, slots)
+    plain = build_options_table(profile.without_options(), free, slots)
+    assert (ours.slot, ours.levels) == (plain.slot, plain.levels)
+    assert np.all(ours.top <= plain.top + 1e-9)
+
+
 @settings(max_examples=25, deadline=None)
 @given(_with_options(max_length=8))
 def test_options_are_never_worse_and_the_front_dominates(profile):

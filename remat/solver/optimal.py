@@ -20,6 +20,9 @@ is claimed:
 * :func:`minimum_budget` is exact; :func:`solve` returns the fastest front point within the
   budget, so it is monotone in the budget and succeeds at every budget from the minimum on.
 
+A profile whose stages have recording options (docs/model.md) is solved by
+:mod:`remat.solver.optimal_options` (the same claims, over every choice of options).
+
 Every schedule goes through :func:`remat.solver.common.make_schedule`: the DP's claimed step time
 (from the recurrence) and peak (from the DP's own memory model, walked in bytes) must equal the
 simulator's, or it raises ``SolverBug``.

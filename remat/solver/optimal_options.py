@@ -116,6 +116,13 @@ def _check_option_limits(profile: ChainProfile) -> None:
 
 def levels_for(n: int, slots: int) -> int:
     """The levels a dense table of ``n`` stages gets: ``slots``, fewer where it would pass MAX_CELLS."""
+    if 2 * (n + 1) ** 2 > MAX_CELLS:
+        from remat.schedules import RematError
+
+        raise RematError(
+            f"optimal: {n} stages with recording options exceed the dense multi-option table "
+            f"(at most {math.isqrt(MAX_CELLS // 2) - 1} stages); cut the model into fewer stages"
+        )
     return max(1, min(slots, MAX_CELLS // ((n + 1) ** 2) - 1))
 
 
