@@ -94,7 +94,7 @@ def test_the_peak_with_measured_options_is_within_2_percent_of_the_prediction():
     model, x = _gpt(), _input()
     profile = profile_chain(model, x, repeats=1, warmup=1, options=True)
     blocks = [s for s in profile.stages if s.name.startswith("blocks.")]
-    assert all(len(s.options) == 2 for s in blocks)
+    assert all(s.options for s in blocks)  # which ones survive the dominance filter depends on timing
     assert all(o.saved_size < s.saved_size and o.backward_ms >= s.backward_ms for s in blocks for o in s.options)
     n = profile.length
     last = [("B", i) for i in reversed(range(n))]
@@ -102,9 +102,9 @@ def test_the_peak_with_measured_options_is_within_2_percent_of_the_prediction():
         [("F_all", i, 1 if profile.stages[i].options else 0) for i in range(n)] + last,
         [
             ("F_ck", 0),
-            ("F_all", 1, 2),
+            ("F_all", 1, len(profile.stages[1].options)),
             ("F_all", 2, 1),
-            ("F_all", 3, 2),
+            ("F_all", 3, len(profile.stages[3].options)),
             ("F_all", 4),
             *last[:-1],
             ("F_all", 0),

@@ -26,8 +26,12 @@ from remat.schedules import RematError
 _MATMULS = ("mm", "addmm", "bmm", "baddbmm")
 
 POLICIES: dict[str, tuple[str, ...]] = {
-    # Korthikanti et al. 2022's selective recomputation: keep the matmul outputs, recompute the
-    # attention core (softmax, masking, dropout) and the activations and norms
+    # Korthikanti et al. 2022's selective recomputation: keep the outputs of the linear layers
+    # (which reach the dispatcher as mm/addmm), recompute the attention core (q k^T, masking,
+    # softmax, dropout, weights v: batched bmm) and the activations and norms
+    "save linear outputs": ("mm", "addmm"),
+    # the same plus attention's batched products: only softmax, masking and the elementwise
+    # ops and norms are recomputed
     "save matmul outputs": _MATMULS,
     # a middle point: the softmax output (N x heads x T x T) kept too, so only the cheap
     # elementwise ops and norms are recomputed
