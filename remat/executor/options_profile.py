@@ -8,6 +8,7 @@ transients), and the backward is timed against the plain one in the same loop, s
 
     option backward_ms = the stage's backward_ms + (option's backward - plain backward)
 
+(the samples of the plain and of every option's backward interleaved, the fastest of each taken)
 carries the recompute inside the backward in the same timing conditions as the stage's own
 (``time_chain``'s in-sequence passes), clamped at the stage's ``backward_ms`` (a difference below
 0 is noise: the option does strictly more work). An option is kept only if it holds less than the
@@ -18,6 +19,7 @@ time (a dominated option can never help the DP). Sizes in bytes, times in millis
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -30,9 +32,10 @@ from remat.executor.profiler import _leaf, _ModelState, _record_and_backward_mem
 from remat.schedules import ChainProfile, Stage, StageOption
 
 
-def _measure(stage: nn.Module, x: torch.Tensor, policy: str | None, repeats: int) -> tuple[int, int, int, float]:
-    """(saved_size, forward_overhead, backward_overhead, backward_ms) of one recording forward of
-    ``stage`` on ``x`` with ``policy`` (None: the plain recording forward)."""
+def _measure(stage: nn.Module, x: torch.Tensor, policy: str | None) -> tuple[int, int, int, Callable[[], float]]:
+    """(saved_size, forward_overhead, backward_overhead, sample) of one recording forward of
+    ``stage`` on ``x`` with ``policy`` (None: the plain recording forward); ``sample()`` times
+    one backward (ms), so that the caller can interleave the options' samples."""
     device = x.device
     pre_existing = {s.untyped_storage()._cdata for s in (*stage.parameters(), *stage.buffers())}
     pre_existing.add(x.untyped_storage()._cdata)
@@ -56,7 +59,7 @@ def _measure(stage: nn.Module, x: torch.Tensor, policy: str | None, repeats: int
     saved, forward_overhead, backward_overhead = _record_and_backward_memory(
         forward_record, backward, pre_existing, input_bytes, device
     )
-    return saved, forward_overhead, backward_overhead, time_ms(backward, device, repeats, setup=setup)
+    return saved, forward_overhead, backward_overhead, lambda: time_ms(backward, device, 1, setup=setup)
 
 
 class _OpsSeen(TorchDispatchMode):
@@ -85,12 +88,18 @@ def stage_options(stage: nn.Module, x: torch.Tensor, record: Stage, repeats: int
     names = applicable_policies(stage, x)
     if not names:
         return ()
-    *_, plain_ms = _measure(stage, x, None, repeats)
+    measured = {name: _measure(stage, x, name) for name in [None, *names]}
+    # interleaved samples (plain, option 1, option 2, ..., plain, ...): load hits all alike
+    samples: dict[str | None, list[float]] = {name: [] for name in measured}
+    for _ in range(max(1, repeats)):
+        for name, (*_, sample) in measured.items():
+            samples[name].append(sample())
+    plain_ms = min(samples[None])
     found = []
     for name in names:
-        saved, fo, bo, ms = _measure(stage, x, name, repeats)
+        saved, fo, bo, _ = measured[name]
         saved = max(saved, record.output_size)
-        backward_ms = max(record.backward_ms, record.backward_ms + ms - plain_ms)
+        backward_ms = max(record.backward_ms, record.backward_ms + min(samples[name]) - plain_ms)
         found.append(StageOption(name, int(saved), float(backward_ms), int(fo), int(bo)))
     kept: list[StageOption] = []
     for option in sorted(found, key=lambda o: (o.backward_ms, o.saved_size)):
