@@ -131,8 +131,8 @@ def main() -> None:
               f"{_cell(s)} | {_cell(row['optimal_mid'])} | {_cell(row['optimal_min'])}")  # fmt: skip
         sys.stdout.flush()
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps({"machine": machine_info.machine(), "batch": 2, "seq": cut_models.SEQ,
-                                       "image": args.image, "unit": "bytes", "models": rows}, indent=2) + "\n")  # fmt: skip
+        meta = {"machine": machine_info.machine(), "batch": 2, "seq": cut_models.SEQ, "image": args.image}
+        RESULTS.write_text(json.dumps({**meta, "unit": "bytes", "models": rows}, indent=2) + "\n")
     print(f"wrote {RESULTS}")
 
 
