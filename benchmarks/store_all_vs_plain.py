@@ -28,9 +28,8 @@ import torch
 from torch import nn
 
 import remat
-from remat.executor.allocator import AllocatorMeter
 from remat.executor.hub import build_library_model
-from remat.executor.measure import prepare_grads
+from remat.executor.measure import plain_step_peak
 from remat.schedules import RematError
 from remat.solver.optimal import minimum_budget
 
@@ -46,23 +45,9 @@ def _call(model: nn.Module, inputs: object, image_model: bool, target: torch.Ten
 
 
 def plain_peak(model: nn.Module, inputs: object, image_model: bool, target, steps: int) -> int:
-    """The plain step's allocator peak (bytes) + a[0] (the first tensor input), max over ``steps``
-    after one warm-up step; parameter gradients pre-allocated and zeroed outside the meter."""
+    """The plain step's allocator peak + a[0] (bytes): :func:`remat.executor.measure.plain_step_peak`."""
     first = inputs if isinstance(inputs, torch.Tensor) else next(iter(inputs.values()))
-    state = [b.detach().clone() for b in model.buffers()]
-    rng = torch.get_rng_state()
-    peak = 0
-    for k in range(steps + 1):
-        prepare_grads(model)
-        with AllocatorMeter("cpu") as meter:
-            _call(model, inputs, image_model, target).backward()
-        if k > 0:
-            peak = max(peak, meter.peak_bytes)
-    with torch.no_grad():
-        for b, saved in zip(model.buffers(), state, strict=True):
-            b.copy_(saved)
-    torch.set_rng_state(rng)
-    return peak + first.untyped_storage().nbytes()
+    return plain_step_peak(model, lambda: _call(model, inputs, image_model, target), first, steps=steps)
 
 
 def _reading(wrapped, steps: int) -> dict:

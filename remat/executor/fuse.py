@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from remat.executor.chain import Chain
 from remat.executor.cut import CutChain
 
 
@@ -31,7 +32,7 @@ def _storage(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
 
 
-def unsaved_handoffs(chain: CutChain, x: torch.Tensor) -> list[int]:
+def unsaved_handoffs(chain: Chain, x: torch.Tensor) -> list[int]:
     """Indices k of the stages whose output a_{k+1} is saved neither by stage k's nor by stage
     k+1's recording forward (the last stage's output, the step's result, is never one).
 
