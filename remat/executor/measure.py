@@ -172,6 +172,39 @@ def measure_steps(
     )
 
 
+def plain_step_peak(
+    module: torch.nn.Module,
+    step: Callable[[], torch.Tensor],
+    first_input: torch.Tensor,
+    steps: int = 2,
+    warmup: int = 1,
+) -> int:
+    """The allocator's peak of the plain training step ``step().backward()`` (the user's model and
+    loss, no remat), in the accounting of :func:`measure_steps`: bytes above what was allocated
+    before the step, plus the chain input a[0] (``first_input``); ``module``'s parameter gradients
+    are pre-allocated and zeroed outside the meter. The largest of ``steps`` steps after ``warmup``;
+    ``module``'s buffers (BatchNorm statistics) and the RNG are restored afterwards. Bytes."""
+    with untracked(), torch.no_grad():
+        buffers = [(b, b.detach().clone()) for b in module.buffers()]
+    rng = torch.get_rng_state()
+    peak = 0
+    try:
+        for k in range(max(0, warmup) + max(1, steps)):
+            prepare_grads(module)
+            sync(first_input.device)
+            with AllocatorMeter(first_input.device) as meter:
+                step().backward()
+                sync(first_input.device)
+            if k >= warmup:
+                peak = max(peak, meter.peak_bytes)
+    finally:
+        with torch.no_grad():
+            for b, saved in buffers:
+                b.copy_(saved)
+        torch.set_rng_state(rng)
+    return peak + allocation_size(first_input.untyped_storage().nbytes(), first_input.device)
+
+
 def _marking_observer(meters: Sequence[AllocatorMeter | LivePhases], ops: dict[str, tuple[int, str, int]]) -> Callable:
     """A replay observer that starts a meter phase at each op's start and end (see RematChain.observer)."""
 
@@ -354,4 +387,4 @@ def plot_comparison(report: Report, path: str) -> None:
         plt.close(fig)
 
 
-__all__ = ["Measurement", "OpMeasurement", "Report", "compare", "measure_steps", "plot_comparison"]
+__all__ = ["Measurement", "OpMeasurement", "Report", "compare", "measure_steps", "plain_step_peak", "plot_comparison"]

@@ -18,6 +18,7 @@ from torch import nn
 
 from remat.executor.chain import Chain
 from remat.executor.cut import CutChain, TrainingStep, cut_step
+from remat.executor.fuse import fuse_unsaved_handoffs
 from remat.schedules import RematError
 
 
@@ -199,7 +200,7 @@ def cut_model(
         with torch.no_grad():
             step(args, kwargs, target)  # eager first: bad inputs and outputs fail here, in plain terms
         saved.reset()
-        chain = cut_step(step, args, kwargs, target)
+        chain = fuse_unsaved_handoffs(cut_step(step, args, kwargs, target), args, kwargs, target)
     finally:
         saved.restore()
     prove_cut(step, chain, args, kwargs, target)
