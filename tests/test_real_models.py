@@ -13,6 +13,8 @@ from torch import nn
 import remat
 from remat.executor.compat import import_torchvision
 from remat.executor.hub import build_library_model, parse_config
+from remat.executor.proof import cut_model
+from remat.schedules import RematError
 from remat.solver.optimal import minimum_budget
 from remat.solver.store_all import store_all_peak
 
@@ -26,13 +28,14 @@ timm = pytest.importorskip("timm")
 VOCAB = 64
 
 
-def _tokens(with_mask: bool = False) -> dict[str, torch.Tensor]:
+def _tokens(with_mask: bool = False, padded: bool = True) -> dict[str, torch.Tensor]:
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(0, VOCAB, (2, 8), generator=generator)
     inputs = {"input_ids": ids, "labels": torch.randint(0, VOCAB, (2, 8), generator=generator)}
     if with_mask:
         mask = torch.ones(2, 8, dtype=torch.long)
-        mask[1, -2:] = 0
+        if padded:
+            mask[1, -2:] = 0
         inputs["attention_mask"] = mask
     return inputs
 
@@ -91,7 +94,8 @@ TARGET = torch.tensor([1, 7])
 # name: (factory, example inputs, loss or None, stages the cut must contain)
 CASES: dict[str, tuple[Callable[[], nn.Module], dict | torch.Tensor, bool, tuple[str, ...]]] = {
     "gpt2": (gpt2, _tokens(), False, ("transformer.h.0", "transformer.h.1")),
-    "llama": (llama, _tokens(with_mask=True), False, ("model.layers.0", "model.layers.1")),
+    # no padded token: eager skips the causal mask and runs SDPA with enable_gqa (remat/executor/branches.py)
+    "llama": (llama, _tokens(with_mask=True, padded=False), False, ("model.layers.0", "model.layers.1")),
     "bert": (bert, _tokens(with_mask=True), False, ("bert.encoder.layer.0", "bert.encoder.layer.1")),
     "torchvision-resnet50": (tv_resnet50, IMAGE, True, ("layer1.0", "layer4.0")),
     "torchvision-vgg16": (vgg16_features, IMAGE, True, ("0.0-1", "0.2-3", "0.4-5")),
@@ -147,6 +151,24 @@ def test_library_model_through_the_one_call_api(case):
     assert torch.equal(plain[0], replay[0])
     assert all(torch.equal(a, b) for a, b in zip(plain[1], replay[1], strict=True)), "parameter gradients differ"
     assert all(torch.equal(a, b) for a, b in zip(plain[2], replay[2], strict=True)), "buffers differ"
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_llama_gqa_is_cut_on_eager_branch_and_a_call_on_the_other_is_refused(padded):
+    torch.manual_seed(0)
+    model = llama().train()
+    inputs = _tokens(with_mask=True, padded=padded)
+    chain = cut_model(model, (), inputs)  # proven: output and every gradient torch.equal to eager
+    sdpa = [n for n in chain.plan.gm.graph.nodes if n.target is nn.functional.scaled_dot_product_attention]
+    assert len(sdpa) == 2
+    # eager's SDPA calls: the mask only with padding, else is_causal with the k/v heads not repeated
+    assert all((n.kwargs["attn_mask"] is not None) == padded for n in sdpa)
+    assert all(n.kwargs.get("enable_gqa", False) == (not padded) for n in sdpa)
+    chain.bind(**_tokens(with_mask=True, padded=padded))  # the same branch: accepted
+    other = _tokens(with_mask=True, padded=not padded)
+    with pytest.raises(RematError, match="another branch") as info:
+        chain.bind(**other)
+    assert "\n" not in str(info.value)
 
 
 def test_cli_profiles_a_token_model_built_from_a_config(tmp_path, capsys):
