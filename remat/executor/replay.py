@@ -48,6 +48,7 @@ from remat.executor.replay_core import (
     Recomputer,
     ReplayFunction,
     accelerator_devices,
+    grad_input,
     release_output_grad,
     trainable_params,
 )
@@ -114,7 +115,7 @@ class _Step:
                 if leaf.is_floating_point() or leaf.is_complex():
                     leaf.requires_grad_(True)
                 with torch.enable_grad():
-                    out = stage(leaf)
+                    out = stage(grad_input(leaf))
                 self.abar[i + 1] = (leaf, out)
             else:
                 with torch.no_grad():
