@@ -1,13 +1,18 @@
 """Library models (Hugging Face, torchvision, timm) on small configs through the one-call API:
 the cut is found from the traced forward, proven equal, and a replayed step below the store-all
-budget gives gradients and BatchNorm statistics ``torch.equal`` to the plain model's step."""
+budget gives gradients and BatchNorm statistics ``torch.equal`` to the plain model's step; under
+bf16 autocast its gradients are as close to plain autocast training as per-block
+``torch.utils.checkpoint``'s are (both exact here)."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections.abc import Callable
 
 import pytest
 import torch
+import torch.utils.checkpoint
 from torch import nn
 
 import remat
@@ -66,8 +71,12 @@ def vgg16_features() -> nn.Module:  # vgg16().features' layout (in-place ReLUs),
     return nn.Sequential(make_layers([8, 8, 8, 8, "M", 16, 16, "M"]), nn.Flatten(), nn.Linear(16 * 8 * 8, 10))
 
 
-def mobilenet_v3_large() -> nn.Module:
-    return build_library_model("torchvision:mobilenet_v3_large", {"num_classes": 10, "width_mult": 0.25})
+def mobilenet_v3_large() -> nn.Module:  # its first four blocks (ReLU, squeeze-excite) and a hard-swish one
+    from torchvision.models.mobilenetv3 import InvertedResidualConfig, MobileNetV3, _mobilenet_v3_conf
+
+    blocks, _ = _mobilenet_v3_conf("mobilenet_v3_large", width_mult=0.25)
+    last = InvertedResidualConfig(blocks[3].out_channels, 3, 32, 16, True, "HS", 1, 1, 1.0)
+    return MobileNetV3([*blocks[:4], last], last_channel=64, num_classes=10)
 
 
 def densenet121() -> nn.Module:  # densenet121's code (in-place stem ReLU), two small blocks
@@ -99,7 +108,7 @@ CASES: dict[str, tuple[Callable[[], nn.Module], dict | torch.Tensor, bool, tuple
     "bert": (bert, _tokens(with_mask=True), False, ("bert.encoder.layer.0", "bert.encoder.layer.1")),
     "torchvision-resnet50": (tv_resnet50, IMAGE, True, ("layer1.0", "layer4.0")),
     "torchvision-vgg16": (vgg16_features, IMAGE, True, ("0.0-1", "0.2-3", "0.4-5")),
-    "torchvision-mobilenet_v3_large": (mobilenet_v3_large, IMAGE, True, ("features.1", "features.15")),
+    "torchvision-mobilenet_v3_large": (mobilenet_v3_large, IMAGE, True, ("features.1", "features.5")),
     "torchvision-densenet121": (densenet121, IMAGE, True, ("features.denseblock1", "features.transition1.conv")),
     "torchvision-vit_b_16": (vit_b_16, IMAGE, True, ("encoder.layers.encoder_layer_0",)),
     "timm-resnet50": (timm_resnet50, IMAGE, True, ("layer1.0", "layer4.0")),
@@ -118,16 +127,44 @@ def _remat_step(wrapped: nn.Module, inputs, with_loss: bool) -> torch.Tensor:
     return wrapped(inputs, target=TARGET) if with_loss else wrapped(inputs)
 
 
-def _train_once(model: nn.Module, run: Callable[[], torch.Tensor], buffers: list[torch.Tensor]):
+def _train_once(model: nn.Module, run: Callable[[], torch.Tensor], buffers: list[torch.Tensor], bf16: bool = False):
+    """One step from ``buffers`` and a fixed RNG, under bf16 autocast if asked (backward outside it)."""
     with torch.no_grad():
         for b, saved in zip(model.buffers(), buffers, strict=True):
             b.copy_(saved)
     for p in model.parameters():
         p.grad = None
     torch.manual_seed(3)
-    loss = run()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        loss = run()
     loss.backward()
     return loss.detach(), [p.grad.clone() for p in model.parameters()], [b.clone() for b in model.buffers()]
+
+
+def _max_difference(a, b) -> float:
+    pairs = [(a[0], b[0]), *zip(a[1], b[1], strict=True)]
+    return max((x.double() - y.double()).abs().max().item() for x, y in pairs)
+
+
+@contextlib.contextmanager
+def _per_block_checkpoint(model: nn.Module, names: list[str]):
+    """``torch.utils.checkpoint`` (non-reentrant) around each of ``model``'s modules named by the cut's
+    stages: the reference for how far recomputation under autocast may move gradients."""
+    patched = []
+    for name in names:
+        try:
+            module = model.get_submodule(name)
+        except AttributeError:
+            continue  # 'loss', ranges such as 'features.0-1'
+        if module is not model:
+            forward = module.forward
+            module.forward = functools.partial(torch.utils.checkpoint.checkpoint, forward, use_reentrant=False)
+            patched.append(module)
+    try:
+        yield len(patched)
+    finally:
+        for module in patched:
+            del module.forward
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -151,6 +188,15 @@ def test_library_model_through_the_one_call_api(case):
     assert torch.equal(plain[0], replay[0])
     assert all(torch.equal(a, b) for a, b in zip(plain[1], replay[1], strict=True)), "parameter gradients differ"
     assert all(torch.equal(a, b) for a, b in zip(plain[2], replay[2], strict=True)), "buffers differ"
+    # bf16 autocast: as close to plain autocast training as per-block torch.utils.checkpoint is
+    plain_bf16 = _train_once(model, lambda: _step(model, inputs, with_loss), initial, bf16=True)
+    replay_bf16 = _train_once(model, lambda: _remat_step(wrapped, inputs, with_loss), initial, bf16=True)
+    with _per_block_checkpoint(model, names) as blocks:
+        checkpointed_bf16 = _train_once(model, lambda: _step(model, inputs, with_loss), initial, bf16=True)
+    assert blocks > 0
+    assert not all(torch.equal(a, b) for a, b in zip(plain[1], plain_bf16[1], strict=True)), "autocast ran in fp32"
+    assert _max_difference(plain_bf16, replay_bf16) <= _max_difference(plain_bf16, checkpointed_bf16)
+    assert all(torch.equal(a, b) for a, b in zip(plain_bf16[2], replay_bf16[2], strict=True)), "bf16 buffers"
 
 
 @pytest.mark.parametrize("padded", [False, True])
