@@ -96,6 +96,40 @@ def test_a_cut_that_changes_the_function_is_refused_naming_the_stage():
         prove_cut(step, chain, (), inputs)
 
 
+class _ScaledGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 1.0001
+
+
+class BackwardTamperedStage(nn.Module):
+    """The same forward as ``inner``, bit for bit; its backward hands on a scaled gradient."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(_ScaledGradient.apply(x))
+
+
+def test_a_cut_whose_backward_differs_is_refused_naming_that_stage():
+    torch.manual_seed(0)
+    model = MaskedMLP()
+    inputs = _tokens()
+    step = TrainingStep(model)
+    chain = cut_step(step, (), inputs)
+    chain.stages[2] = BackwardTamperedStage(chain.stages[2])
+    with pytest.raises(
+        RematError, match=r"gradient of parameter .*first difference at stage 'blocks\.1' \(its backward\)"
+    ):
+        prove_cut(step, chain, (), inputs)
+
+
 class NamedLikeResNet(nn.Module):
     """Has the attribute names the ResNet hint knows, but its stem uses one it does not (``act0``)."""
 

@@ -1,18 +1,25 @@
 """Library models (Hugging Face, torchvision, timm) on small configs through the one-call API:
 the cut is found from the traced forward, proven equal, and a replayed step below the store-all
-budget gives gradients and BatchNorm statistics ``torch.equal`` to the plain model's step."""
+budget gives gradients and BatchNorm statistics ``torch.equal`` to the plain model's step; under
+bf16 autocast its gradients are as close to plain autocast training as per-block
+``torch.utils.checkpoint``'s are (both exact here)."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections.abc import Callable
 
 import pytest
 import torch
+import torch.utils.checkpoint
 from torch import nn
 
 import remat
 from remat.executor.compat import import_torchvision
 from remat.executor.hub import build_library_model, parse_config
+from remat.executor.proof import cut_model
+from remat.schedules import RematError
 from remat.solver.optimal import minimum_budget
 from remat.solver.store_all import store_all_peak
 
@@ -26,13 +33,14 @@ timm = pytest.importorskip("timm")
 VOCAB = 64
 
 
-def _tokens(with_mask: bool = False) -> dict[str, torch.Tensor]:
+def _tokens(with_mask: bool = False, padded: bool = True) -> dict[str, torch.Tensor]:
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(0, VOCAB, (2, 8), generator=generator)
     inputs = {"input_ids": ids, "labels": torch.randint(0, VOCAB, (2, 8), generator=generator)}
     if with_mask:
         mask = torch.ones(2, 8, dtype=torch.long)
-        mask[1, -2:] = 0
+        if padded:
+            mask[1, -2:] = 0
         inputs["attention_mask"] = mask
     return inputs
 
@@ -63,8 +71,12 @@ def vgg16_features() -> nn.Module:  # vgg16().features' layout (in-place ReLUs),
     return nn.Sequential(make_layers([8, 8, 8, 8, "M", 16, 16, "M"]), nn.Flatten(), nn.Linear(16 * 8 * 8, 10))
 
 
-def mobilenet_v3_large() -> nn.Module:
-    return build_library_model("torchvision:mobilenet_v3_large", {"num_classes": 10, "width_mult": 0.25})
+def mobilenet_v3_large() -> nn.Module:  # its first four blocks (ReLU, squeeze-excite) and a hard-swish one
+    from torchvision.models.mobilenetv3 import InvertedResidualConfig, MobileNetV3, _mobilenet_v3_conf
+
+    blocks, _ = _mobilenet_v3_conf("mobilenet_v3_large", width_mult=0.25)
+    last = InvertedResidualConfig(blocks[3].out_channels, 3, 32, 16, True, "HS", 1, 1, 1.0)
+    return MobileNetV3([*blocks[:4], last], last_channel=64, num_classes=10)
 
 
 def densenet121() -> nn.Module:  # densenet121's code (in-place stem ReLU), two small blocks
@@ -91,11 +103,12 @@ TARGET = torch.tensor([1, 7])
 # name: (factory, example inputs, loss or None, stages the cut must contain)
 CASES: dict[str, tuple[Callable[[], nn.Module], dict | torch.Tensor, bool, tuple[str, ...]]] = {
     "gpt2": (gpt2, _tokens(), False, ("transformer.h.0", "transformer.h.1")),
-    "llama": (llama, _tokens(with_mask=True), False, ("model.layers.0", "model.layers.1")),
+    # no padded token: eager skips the causal mask and runs SDPA with enable_gqa (remat/executor/branches.py)
+    "llama": (llama, _tokens(with_mask=True, padded=False), False, ("model.layers.0", "model.layers.1")),
     "bert": (bert, _tokens(with_mask=True), False, ("bert.encoder.layer.0", "bert.encoder.layer.1")),
     "torchvision-resnet50": (tv_resnet50, IMAGE, True, ("layer1.0", "layer4.0")),
     "torchvision-vgg16": (vgg16_features, IMAGE, True, ("0.0-1", "0.2-3", "0.4-5")),
-    "torchvision-mobilenet_v3_large": (mobilenet_v3_large, IMAGE, True, ("features.1", "features.15")),
+    "torchvision-mobilenet_v3_large": (mobilenet_v3_large, IMAGE, True, ("features.1", "features.5")),
     "torchvision-densenet121": (densenet121, IMAGE, True, ("features.denseblock1", "features.transition1.conv")),
     "torchvision-vit_b_16": (vit_b_16, IMAGE, True, ("encoder.layers.encoder_layer_0",)),
     "timm-resnet50": (timm_resnet50, IMAGE, True, ("layer1.0", "layer4.0")),
@@ -114,16 +127,44 @@ def _remat_step(wrapped: nn.Module, inputs, with_loss: bool) -> torch.Tensor:
     return wrapped(inputs, target=TARGET) if with_loss else wrapped(inputs)
 
 
-def _train_once(model: nn.Module, run: Callable[[], torch.Tensor], buffers: list[torch.Tensor]):
+def _train_once(model: nn.Module, run: Callable[[], torch.Tensor], buffers: list[torch.Tensor], bf16: bool = False):
+    """One step from ``buffers`` and a fixed RNG, under bf16 autocast if asked (backward outside it)."""
     with torch.no_grad():
         for b, saved in zip(model.buffers(), buffers, strict=True):
             b.copy_(saved)
     for p in model.parameters():
         p.grad = None
     torch.manual_seed(3)
-    loss = run()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        loss = run()
     loss.backward()
     return loss.detach(), [p.grad.clone() for p in model.parameters()], [b.clone() for b in model.buffers()]
+
+
+def _max_difference(a, b) -> float:
+    pairs = [(a[0], b[0]), *zip(a[1], b[1], strict=True)]
+    return max((x.double() - y.double()).abs().max().item() for x, y in pairs)
+
+
+@contextlib.contextmanager
+def _per_block_checkpoint(model: nn.Module, names: list[str]):
+    """``torch.utils.checkpoint`` (non-reentrant) around each of ``model``'s modules named by the cut's
+    stages: the reference for how far recomputation under autocast may move gradients."""
+    patched = []
+    for name in names:
+        try:
+            module = model.get_submodule(name)
+        except AttributeError:
+            continue  # 'loss', ranges such as 'features.0-1'
+        if module is not model:
+            forward = module.forward
+            module.forward = functools.partial(torch.utils.checkpoint.checkpoint, forward, use_reentrant=False)
+            patched.append(module)
+    try:
+        yield len(patched)
+    finally:
+        for module in patched:
+            del module.forward
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -147,6 +188,33 @@ def test_library_model_through_the_one_call_api(case):
     assert torch.equal(plain[0], replay[0])
     assert all(torch.equal(a, b) for a, b in zip(plain[1], replay[1], strict=True)), "parameter gradients differ"
     assert all(torch.equal(a, b) for a, b in zip(plain[2], replay[2], strict=True)), "buffers differ"
+    # bf16 autocast: as close to plain autocast training as per-block torch.utils.checkpoint is
+    plain_bf16 = _train_once(model, lambda: _step(model, inputs, with_loss), initial, bf16=True)
+    replay_bf16 = _train_once(model, lambda: _remat_step(wrapped, inputs, with_loss), initial, bf16=True)
+    with _per_block_checkpoint(model, names) as blocks:
+        checkpointed_bf16 = _train_once(model, lambda: _step(model, inputs, with_loss), initial, bf16=True)
+    assert blocks > 0
+    assert not all(torch.equal(a, b) for a, b in zip(plain[1], plain_bf16[1], strict=True)), "autocast ran in fp32"
+    assert _max_difference(plain_bf16, replay_bf16) <= _max_difference(plain_bf16, checkpointed_bf16)
+    assert all(torch.equal(a, b) for a, b in zip(plain_bf16[2], replay_bf16[2], strict=True)), "bf16 buffers"
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_llama_gqa_is_cut_on_eager_branch_and_a_call_on_the_other_is_refused(padded):
+    torch.manual_seed(0)
+    model = llama().train()
+    inputs = _tokens(with_mask=True, padded=padded)
+    chain = cut_model(model, (), inputs)  # proven: output and every gradient torch.equal to eager
+    sdpa = [n for n in chain.plan.gm.graph.nodes if n.target is nn.functional.scaled_dot_product_attention]
+    assert len(sdpa) == 2
+    # eager's SDPA calls: the mask only with padding, else is_causal with the k/v heads not repeated
+    assert all((n.kwargs["attn_mask"] is not None) == padded for n in sdpa)
+    assert all(n.kwargs.get("enable_gqa", False) == (not padded) for n in sdpa)
+    chain.bind(**_tokens(with_mask=True, padded=padded))  # the same branch: accepted
+    other = _tokens(with_mask=True, padded=not padded)
+    with pytest.raises(RematError, match="another branch") as info:
+        chain.bind(**other)
+    assert "\n" not in str(info.value)
 
 
 def test_cli_profiles_a_token_model_built_from_a_config(tmp_path, capsys):

@@ -43,6 +43,7 @@ import torch.fx as fx
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from remat.executor import branches
 from remat.executor.chain import Chain
 from remat.schedules import RematError
 
@@ -164,7 +165,8 @@ def _quiet_logging() -> set:
 def trace(step: TrainingStep, args: tuple, kwargs: dict, target: Any) -> tuple[fx.GraphModule, list[Any]]:
     """Dynamo's graph of ``step(args, kwargs, target)`` and the values of its placeholders.
 
-    The traced call runs the model once: the caller saves and restores its state around it.
+    The traced call runs the model once (twice for a Hugging Face model: :mod:`remat.executor.branches`
+    records its mask decisions eagerly first): the caller saves and restores its state around it.
     Resets dynamo's caches (before and after) so that this trace neither hits nor leaves one.
     """
     captured: list[tuple[fx.GraphModule, list[Any]]] = []
@@ -175,8 +177,10 @@ def trace(step: TrainingStep, args: tuple, kwargs: dict, target: Any) -> tuple[f
 
     torch._dynamo.reset()
     try:
-        with torch._dynamo.config.patch(ignore_logging_functions=_quiet_logging()):
-            torch.compile(step, backend=keep, fullgraph=True, dynamic=False)(args, kwargs, target)
+        # transformers' mask code branches on mask values: the trace takes eager's branch, guarded
+        with branches.pinned(step.model, lambda: step(args, kwargs, target)):
+            with torch._dynamo.config.patch(ignore_logging_functions=_quiet_logging()):
+                torch.compile(step, backend=keep, fullgraph=True, dynamic=False)(args, kwargs, target)
     except RematError:
         raise
     except Exception as error:  # noqa: BLE001 - dynamo's many error types; one line for the user

@@ -81,6 +81,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.flop_counter import FlopCounterMode
 
 from remat.executor.memory import StorageTracker, memory_meter
+from remat.executor.replay_core import grad_input
 from remat.schedules import GraphNode, GraphProfile, ProfileError
 
 GRAD_OUTPUT_NAME = "grad:output"
@@ -320,8 +321,8 @@ def forward_piece(
             if key is not None:
                 input_slots.setdefault(key, name)
             if name in grad_inputs:
-                value = value.detach().requires_grad_(True)
-                leaves[name] = value
+                leaves[name] = value.detach().requires_grad_(True)
+                value = grad_input(leaves[name])  # not the leaf: autocast would cache its casts
             else:
                 value = value.detach()
         local[name] = value

@@ -164,7 +164,81 @@ def _locate_cut(step: TrainingStep, chain: CutChain, saved: _Saved, args: tuple,
             " equal outputs but other gradients (Hugging Face models do so when no token is padded: eager then"
             " skips the causal mask and the trace cannot; give the model remat_stages() to cut it by hand)"
         )
-    return f"stage '{chain.names[-1]}' (its backward)"
+    saved.reset()
+    return f"stage '{_locate_backward(step, chain, plan_.gm, values, args, kwargs, target, saved)}' (its backward)"
+
+
+class _GradRecorder(fx.Interpreter):
+    """Runs the whole traced graph and records the gradients that reach the chosen nodes' values."""
+
+    def __init__(self, gm: fx.GraphModule, keep: set[str], grads: dict[str, torch.Tensor]) -> None:
+        super().__init__(gm)
+        self.keep = keep
+        self.grads = grads
+
+    def run_node(self, n: fx.Node) -> Any:
+        value = super().run_node(n)
+        if n.name in self.keep and isinstance(value, torch.Tensor) and value.requires_grad:
+            value.register_hook(_keeper(self.grads, n.name))
+        return value
+
+
+def _keeper(grads: dict, key: Any) -> Callable[[torch.Tensor], None]:
+    def keep(grad: torch.Tensor) -> None:
+        grads[key] = grad.detach().clone()
+
+    return keep
+
+
+def _chain_grads(chain: CutChain, run: Callable[[], torch.Tensor], grads: dict) -> Callable[[], torch.Tensor]:
+    """``run`` with each stage's output gradient recorded into ``grads[stage index]``."""
+
+    def hook(index: int) -> Callable[..., None]:
+        def record(_module: nn.Module, _inputs: Any, output: Any) -> None:
+            if isinstance(output, torch.Tensor) and output.requires_grad:
+                output.register_hook(_keeper(grads, index))
+
+        return record
+
+    def hooked() -> torch.Tensor:
+        handles = [stage.register_forward_hook(hook(i)) for i, stage in enumerate(chain.stages)]
+        try:
+            return run()
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    return hooked
+
+
+def _locate_backward(
+    step: TrainingStep, chain: CutChain, gm: fx.GraphModule, values: list, args: tuple, kwargs: dict, target: Any,
+    saved: _Saved,
+) -> str:  # fmt: skip
+    """The stage whose backward first (from the loss down) differs from the traced graph's, when
+    every stage's forward is equal: stage ``k`` receives an equal gradient for its output and hands
+    on another one for its input, or (if no hand-off gradient differs) makes other gradients for
+    parameters only it uses."""
+    handoffs = [n.name for n in chain.plan.handoffs]
+    traced_grads: dict[str, torch.Tensor] = {}
+    recorder = _GradRecorder(gm, set(handoffs), traced_grads)
+    traced = one_step(step, lambda: torch.utils._pytree.tree_leaves(recorder.run(*values))[0])
+    saved.reset()
+    chain_grads: dict[int, torch.Tensor] = {}
+    cut = one_step(step, _chain_grads(chain, lambda: chain.run(*args, target=target, **kwargs), chain_grads))
+    for k in range(len(handoffs) - 2, -1, -1):
+        if not _same(traced_grads.get(handoffs[k]), chain_grads.get(k)):
+            return chain.names[k + 1]
+    owner: dict[int, int] = {}
+    for k, stage in enumerate(chain.stages):
+        for p in stage.parameters():
+            owner[id(p)] = k if owner.get(id(p), k) == k else -1  # -1: used by several stages
+    differing = [
+        owner.get(id(p), -1)
+        for p, a, b in zip(step.parameters(), traced.grads, cut.grads, strict=True)
+        if not _same(a, b)
+    ]
+    return chain.names[max((k for k in differing if k >= 0), default=len(chain.names) - 1)]
 
 
 def prove_cut(step: TrainingStep, chain: CutChain, args: tuple, kwargs: dict, target: Any = None) -> None:

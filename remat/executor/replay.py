@@ -52,6 +52,7 @@ from remat.executor.replay_core import (
     Recomputer,
     ReplayFunction,
     accelerator_devices,
+    grad_input,
     release_output_grad,
     trainable_params,
 )
@@ -130,9 +131,9 @@ class _Step:
                     leaf.requires_grad_(True)
                 with torch.enable_grad():
                     if option:
-                        out = selective_forward(stage, leaf, self.owner.option_names[i, option])
+                        out = selective_forward(stage, grad_input(leaf), self.owner.option_names[i, option])
                     else:
-                        out = stage(leaf)
+                        out = stage(grad_input(leaf))
                 self.abar[i + 1] = (leaf, out)
                 self.recorded[i + 1] = option
             else:

@@ -15,6 +15,11 @@ semantics and use this module for everything a recomputation must preserve (docs
   where it was;
 * the piece's buffers (BatchNorm running statistics): restored after a recomputation, so they are
   updated once per step;
+* how a piece reads an input it differentiates: under autocast through :func:`grad_input`, a
+  non-leaf alias of the leaf that collects the gradient, because autocast caches its casts of leaves that require
+  grad (meant for weights, for the whole autocast region): a piece reading the leaf itself would
+  cast an activation once for all its bf16 uses and sum their gradients in bf16, where the plain
+  model casts each use and sums in fp32 (BERT's layer input feeds q, k and v: 6e-6 off);
 * parameter gradients: :class:`ReplayFunction` takes the parameters as inputs, and
   :class:`GradSink` asks autograd's engine, per parameter, what the running backward wants:
   accumulate into ``.grad`` (``loss.backward()``, ``backward(inputs=...)``; done inside, one piece
@@ -285,6 +290,18 @@ class ReplayFunction(torch.autograd.Function):
         return (None, None, None, *input_grads, *sink.returned())
 
 
+def grad_input(leaf: torch.Tensor) -> torch.Tensor:
+    """What a piece reads for ``leaf`` (a detached input that requires grad): under autocast a view
+    of it, so that autocast treats it as the activation it is and does not cache its casts (see
+    the module docstring); it shares the leaf's storage and the gradient reaches ``leaf.grad``
+    unchanged. Without autocast, the leaf itself (nothing is cast; the measured profile holds)."""
+    kind = leaf.device.type
+    if not (leaf.requires_grad and torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)):
+        return leaf
+    with torch.enable_grad():  # a view made under no_grad would cut the piece off the leaf
+        return leaf.view_as(leaf)
+
+
 def trainable_params(modules: Iterable[torch.nn.Module]) -> list[torch.nn.Parameter]:
     """Distinct parameters that require grad, in first-seen order (tied weights once)."""
     found: dict[int, torch.nn.Parameter] = {}
@@ -303,6 +320,7 @@ __all__ = [
     "ReplayFunction",
     "RngState",
     "accelerator_devices",
+    "grad_input",
     "release_output_grad",
     "trainable_params",
 ]
