@@ -114,7 +114,10 @@ class _Step:
                 if leaf.is_floating_point() or leaf.is_complex():
                     leaf.requires_grad_(True)
                 with torch.enable_grad():
-                    out = stage(leaf)
+                    # a view, not the leaf: autocast caches its lower-precision cast of a leaf that
+                    # requires grad, so q/k/v of a block would share one bf16 cast and sum their
+                    # gradients in bf16, where the plain model sums them in fp32 (docs/models.md)
+                    out = stage(leaf.view_as(leaf) if leaf.requires_grad else leaf)
                 self.abar[i + 1] = (leaf, out)
             else:
                 with torch.no_grad():
