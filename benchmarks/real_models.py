@@ -268,8 +268,9 @@ def equal_memory_cell(case: Case, store: remat.RematModel, a0: int, name: str, c
     cell = {"baseline": name, "baseline_peak": peak, "baseline_ms": ms}
     try:
         ours = store.with_budget(peak)
-    except RematError as error:
-        return {**cell, "failed": one_line(error)}
+    except RematError as error:  # below remat's least budget: say so, and show remat at its least
+        ours = store.with_budget(minimum_budget(store.profile))
+        cell["infeasible"] = one_line(error)
     step = case.remat_step(ours)
     return {
         **cell,
@@ -324,9 +325,10 @@ def _cell(cell: dict | None, render: Callable[[dict], str]) -> str:
 
 def _equal_memory(c: dict) -> str:
     head = f"{c['baseline']}: {_mib(c['baseline_peak'])} MiB, {c['baseline_ms']:.0f} ms"
-    if "failed" in c:
-        return f"{head}; remat: {c['failed']}".replace("|", "/")
-    return f"{head}; remat: {_mib(c['remat_peak'])} MiB, {c['remat_ms']:.0f} ms"
+    ours = f"{_mib(c['remat_peak'])} MiB, {c['remat_ms']:.0f} ms"
+    if "infeasible" in c:  # no remat schedule fits the baseline's peak
+        return f"{head}; remat: **cannot fit**, at its least budget ({_mib(c['budget'])} MiB): {ours}"
+    return f"{head}; remat: {ours}"
 
 
 def markdown(rows: list[dict]) -> str:
