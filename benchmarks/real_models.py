@@ -341,7 +341,8 @@ def markdown(rows: list[dict]) -> str:
     ]
     for r in rows:
         if "failed" in r:
-            lines.append(f"| {r['model']} | failed: {r['failed']} |  |  |  |  |  |".replace("|  |", "| |"))
+            reason = r["failed"].replace("|", "/")
+            lines.append(f"| {r['model']} | failed: {reason} |" + " |" * 5)
             continue
         store = _cell(r.get("store_all"), lambda c: f"{_mib(c['measured_peak'])} vs {_mib(c['plain_peak'])} "
                       f"({_pct(c['error'])})")  # fmt: skip
