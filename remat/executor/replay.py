@@ -151,9 +151,10 @@ class _Step:
             release = g if g is grad_output else None
             self.g[self.n] = g
         leaf, out = self.abar.pop(i + 1)
+        option = self.recorded.pop(i + 1, 0)
         g_out = self.g.pop(i + 1)
         if out.requires_grad and g_out is not None:
-            if self.recorded.pop(i + 1, 0):  # the backward reruns part of the forward: keep buffers as they are
+            if option:  # the backward reruns part of the forward: keep buffers as they are
                 with restored_buffers(self.owner.chain.stages[i]):
                     self._stage_backward(i, leaf, out, g_out)
             else:
