@@ -1,6 +1,6 @@
 """remat on library models built from configs, next to plain PyTorch and HF / torch.utils.checkpoint.
 
-    python benchmarks/real_models.py [--only gpt2,torchvision-resnet50] [--quick]
+    python benchmarks/real_models.py [--only gpt2,resnet50] [--quick]
 
 One row per model (docs/models.md, "Measured on real models"): the stages the traced cut found;
 store-all's measured peak next to the plain model's step; predicted vs measured peak at half the
@@ -388,18 +388,30 @@ def run(models: dict[str, Entry], progress: bool = False) -> list[dict]:
     return rows
 
 
+def select(models: dict[str, Entry], wanted: list[str]) -> dict[str, Entry]:
+    """The models named in ``wanted``: a full name, or the name after its library (``resnet50`` is
+    torchvision's and timm's); KeyError for a name that matches none."""
+    chosen = {}
+    for want in wanted:
+        matches = [name for name in models if name == want or name.split("-", 1)[-1] == want]
+        if not matches:
+            raise KeyError(want)
+        chosen.update((name, models[name]) for name in matches)
+    return chosen
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", help="comma-separated model names (of the full run, or of --quick)")
+    parser.add_argument("--only", help="comma-separated model names, e.g. gpt2,resnet50 (torchvision's and timm's)")
     parser.add_argument("--quick", action="store_true", help="three tiny models (about a minute)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     models = quick_models() if args.quick else full_models()
     if args.only:
-        unknown = sorted(set(args.only.split(",")) - set(models))
-        if unknown:
-            parser.error(f"--only: unknown model(s) {', '.join(unknown)}; known: {', '.join(models)}")
-        models = {name: models[name] for name in args.only.split(",")}
+        try:
+            models = select(models, args.only.split(","))
+        except KeyError as error:
+            parser.error(f"--only: unknown model {error}; known: {', '.join(models)}")
     rows = run(models, progress=True)
     sizes = f"batch 2, {cut_models.SEQ} tokens, {IMAGE}x{IMAGE} images"
     sizes = "batch 2, 8 tokens, 32x32 images" if args.quick else sizes

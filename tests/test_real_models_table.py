@@ -89,3 +89,11 @@ def test_the_table_replaces_only_what_is_between_the_markers(tmp_path):
     real_models.write_doc("| new |", "note", doc)
     assert doc.read_text() == f"before\n{real_models.BEGIN}\nnote\n\n| new |\n{real_models.END}\nafter\n"
     assert real_models.BEGIN in (ROOT / "docs" / "models.md").read_text()
+
+
+def test_only_selects_by_full_name_or_by_the_name_after_the_library():
+    models = real_models.full_models()
+    assert list(real_models.select(models, ["gpt2", "resnet50"])) == ["gpt2", "torchvision-resnet50", "timm-resnet50"]
+    assert list(real_models.select(models, ["timm-resnet50"])) == ["timm-resnet50"]
+    with pytest.raises(KeyError):
+        real_models.select(models, ["resnet51"])
