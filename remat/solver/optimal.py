@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import bisect
 import math
+import os
 from collections import OrderedDict
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from remat.schedules import ChainProfile, InfeasibleBudgetError, Op, RematError, Schedule
@@ -64,7 +66,7 @@ class Plan:
 
 
 _CACHE: OrderedDict[tuple[str, int, int], Table] = OrderedDict()
-_CACHE_BYTES = 400 << 20  # a 1000-stage table at 500 slots holds ~160 MB of decisions (int16)
+_CACHE_BYTES = 640 << 20  # a 1000-stage front: 3 tables, ~410 MB of decisions (int16) in all
 
 
 def _check_slots(slots: object) -> None:
@@ -72,22 +74,44 @@ def _check_slots(slots: object) -> None:
         raise RematError(f"slots: must be a positive integer, got {slots!r}")
 
 
+def _table_key(profile: ChainProfile, free_bytes: int, slots: int) -> tuple[str, int, int]:
+    slot = slot_size(free_bytes, slots)
+    return profile.sha256, slot, min(slots, free_bytes // slot)
+
+
+def _keep(key: tuple[str, int, int], table: Table) -> None:
+    _CACHE[key] = table
+    while len(_CACHE) > 1 and sum(t.flat.nbytes for t in _CACHE.values()) > _CACHE_BYTES:
+        _CACHE.popitem(last=False)
+
+
 def table_for(profile: ChainProfile, free_bytes: int, slots: int = DEFAULT_SLOTS) -> Table:
     """The DP table covering ``free_bytes`` of free memory (budget minus the input a_0) in
-    ``slots`` slots; the last few (up to ~400 MB of decisions, at least one) are cached."""
+    ``slots`` slots; the last few (up to ~640 MB of decisions, at least one) are cached."""
     _check_slots(slots)
-    slot = slot_size(free_bytes, slots)
-    levels = min(slots, free_bytes // slot)
-    key = (profile.sha256, slot, levels)
+    key = _table_key(profile, free_bytes, slots)
     table = _CACHE.get(key)
     if table is None:
-        table = build_table(profile, slot, levels)
-        _CACHE[key] = table
-        while len(_CACHE) > 1 and sum(t.flat.nbytes for t in _CACHE.values()) > _CACHE_BYTES:
-            _CACHE.popitem(last=False)
+        table = build_table(profile, key[1], key[2])
+        _keep(key, table)
     else:
         _CACHE.move_to_end(key)
     return table
+
+
+def _build_tables(profile: ChainProfile, scales: list[tuple[int, int]]) -> None:
+    """Fill the tables of ``scales`` (free bytes, slots) not yet cached, several at once: the
+    kernel releases the GIL and the tables are independent, so on a machine with c cores they
+    take about the time of the c-th largest instead of their sum (the largest first)."""
+    keys = list(dict.fromkeys(_table_key(profile, free, levels) for free, levels in scales))
+    missing = [key for key in keys if key not in _CACHE]
+    workers = min(len(missing), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+    if workers < 2:
+        return  # table_for fills them one by one
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        built = pool.map(lambda key: build_table(profile, key[1], key[2]), missing)
+        for key, table in zip(missing, built, strict=True):
+            _keep(key, table)
 
 
 def plan(profile: ChainProfile, table: Table, k: int) -> Plan:
@@ -408,6 +432,7 @@ def _build_front(profile: ChainProfile, slots: int, progress: bool) -> _Front:
     ]
     sources = [(0, 0, _MINIMUM), (0, 0, _STORE_ALL_SOURCE)]
     scales = _scales(profile, minimum.free, slots)
+    _build_tables(profile, scales)
     for index, (free, levels) in enumerate(scales):
         above = scales[index + 1][0] if index + 1 < len(scales) else -1
         more, where = _table_points(profile, free, above, levels, progress)
