@@ -37,6 +37,8 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import numpy as np
+
 from remat.schedules import ChainProfile, InfeasibleBudgetError, Op, RematError, Schedule
 from remat.solver.common import Strategy, make_schedule, require_chain
 from remat.solver.front import FrontPoint
@@ -459,22 +461,71 @@ def _plan_of(profile: ChainProfile, source: tuple[int, int, int]) -> Plan:
     return plan(profile, table_for(profile, free, levels), level)
 
 
-def solve(profile: ChainProfile, budget: int, slots: int = DEFAULT_SLOTS) -> Schedule:
-    """The fastest schedule within ``budget`` bytes on the multi-scale front (see
-    :func:`optimal_front`): optimal among persistent schedules up to each table's ``slots``
-    discretization, monotone in the budget (a larger budget never gets a slower schedule), and a
-    schedule at every budget from :func:`minimum_budget` (exact) on."""
-    profile = require_chain(profile, NAME)
-    _check_slots(slots)
-    if budget >= store_all_peak(profile):
-        return _store_all_schedule(profile, budget)
+_Answer = tuple[int, float, tuple[int, int, int]]  # (peak bytes, compute ms of its Plan, source as in _Front)
+_KNOWN: OrderedDict[tuple[str, int], tuple[_Answer, ...]] = OrderedDict()
+_MAX_KNOWN = 4096  # answers kept per profile (only undominated ones are kept at all)
+
+
+def _answer(profile: ChainProfile, source: tuple[int, int, int]) -> tuple[_Answer, Plan]:
+    found = _plan_of(profile, source)
+    return (found.peak_memory, found.compute_ms, source), found
+
+
+def _own_source(profile: ChainProfile, budget: int, slots: int) -> tuple[int, int, int] | None:
+    """The best level of the budget's own table (``slots`` levels over its free memory)."""
+    free = budget - profile.input_size
+    top = table_for(profile, free, slots).top
+    level = int(np.argmin(np.where(np.isfinite(top), top, np.inf)))  # the first level with the least time
+    return (free, slots, level) if math.isfinite(top[level]) else None
+
+
+def _best(profile: ChainProfile, budget: int, slots: int) -> tuple[Plan, tuple[int, int, int]]:
+    """The fastest schedule within ``budget`` among the front's, the budget's own table's and the
+    answers of earlier calls for this profile and ``slots``; remembered for later calls. Times are
+    compared as their Plans sum them (what the simulator checks), ties going to the front."""
     front = _front(profile, slots)
     index = bisect.bisect_right([p.peak_memory for p in front.points], budget) - 1
     if index < 0:
         detail = "the least memory of any persistent schedule, exact"
         raise InfeasibleBudgetError(NAME, budget, minimum_budget(profile), detail)
-    source = front.sources[index]
-    chosen = _plan_of(profile, source)
+    best, chosen = _answer(profile, front.sources[index])
+    own = _own_source(profile, budget, slots)
+    if own is not None and own != best[2]:
+        answer, found = _answer(profile, own)
+        if answer[1] < best[1]:
+            best, chosen = answer, found
+    key = (profile.sha256, slots)
+    known = _KNOWN.get(key, ())
+    earlier = [answer for answer in known if answer[0] <= budget and answer[1] < best[1]]
+    if earlier:
+        best = min(earlier, key=lambda answer: answer[1])
+        chosen = _plan_of(profile, best[2])
+    if best[2] != front.sources[index] and best not in known:
+        _remember(_KNOWN, key, _undominated((*known, best))[-_MAX_KNOWN:])
+    return chosen, best[2]
+
+
+def _undominated(answers: tuple[_Answer, ...]) -> tuple[_Answer, ...]:
+    kept: list[_Answer] = []
+    for answer in sorted(answers, key=lambda a: (a[0], a[1])):
+        if not kept or answer[1] < kept[-1][1]:
+            kept.append(answer)
+    return tuple(kept)
+
+
+def solve(profile: ChainProfile, budget: int, slots: int = DEFAULT_SLOTS) -> Schedule:
+    """The fastest schedule within ``budget`` bytes among the multi-scale front (see
+    :func:`optimal_front`) and the budget's own table (``slots`` levels over its free memory, which
+    resolves a budget between two of the front's tables finely), and every schedule that an
+    earlier call returned for this profile and ``slots``: optimal among persistent schedules up
+    to each table's discretization; monotone in the budget (a larger budget never gets a slower
+    schedule than the front gives, or than a call before it got at a smaller budget); a schedule at
+    every budget from :func:`minimum_budget` (exact) on."""
+    profile = require_chain(profile, NAME)
+    _check_slots(slots)
+    if budget >= store_all_peak(profile):
+        return _store_all_schedule(profile, budget)
+    chosen, source = _best(profile, budget, slots)
     free, levels, level = source
     if level == _MINIMUM:
         extra = {"claim": "least memory of any persistent schedule", "checkpoints": chosen.checkpoints}
