@@ -17,8 +17,11 @@ is claimed:
   budget's free memory, an eighth of it, ... down to the minimum, each with its own slot size)
   merged with store-all and the exact least-memory persistent schedule
   (:mod:`remat.solver.optimal_minimum`, no slots), dominated points dropped.
-* :func:`minimum_budget` is exact; :func:`solve` returns the fastest front point within the
-  budget, so it is monotone in the budget and succeeds at every budget from the minimum on.
+* :func:`minimum_budget` is exact; :func:`solve` returns the fastest of the front's point within
+  the budget, the budget's own table's best and the earlier answers for the profile within the
+  budget, so it is monotone in the budget (over rising budgets across calls, too), resolves a
+  budget between two of the front's tables in its own slots, and succeeds at every budget from
+  the minimum on.
 
 Every schedule goes through :func:`remat.solver.common.make_schedule`: the DP's claimed step time
 (from the recurrence) and peak (from the DP's own memory model, walked in bytes) must equal the
