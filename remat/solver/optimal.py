@@ -36,7 +36,7 @@ import bisect
 import math
 import os
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -104,19 +104,24 @@ def table_for(profile: ChainProfile, free_bytes: int, slots: int = DEFAULT_SLOTS
     return table
 
 
-def _build_tables(profile: ChainProfile, scales: list[tuple[int, int]]) -> None:
-    """Fill the tables of ``scales`` (free bytes, slots) not yet cached, several at once: the
-    kernel releases the GIL and the tables are independent, so on a machine with c cores they
-    take about the time of the c-th largest instead of their sum (the largest first)."""
-    keys = list(dict.fromkeys(_table_key(profile, free, levels) for free, levels in scales))
-    missing = [key for key in keys if key not in _CACHE]
+def _filled(profile: ChainProfile, scales: list[tuple[int, int]]) -> Iterator[None]:
+    """Yield once per scale (free bytes, slots), in order, when its table is cached. The missing
+    tables are filled several at once: the kernel releases the GIL and the tables are independent,
+    so on c cores they take about the time of the c-th largest instead of their sum, and the
+    caller reads a table's points while the later ones are still being filled."""
+    keys = [_table_key(profile, free, levels) for free, levels in scales]
+    missing = [key for key in dict.fromkeys(keys) if key not in _CACHE]
     workers = min(len(missing), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
     if workers < 2:
-        return  # table_for fills them one by one
+        yield from (None for _ in scales)  # table_for fills them one by one
+        return
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        built = pool.map(lambda key: build_table(profile, key[1], key[2]), missing)
-        for key, table in zip(missing, built, strict=True):
-            _keep(key, table)
+        futures = {key: pool.submit(build_table, profile, key[1], key[2]) for key in missing}
+        for key in keys:
+            future = futures.pop(key, None)
+            if future is not None:
+                _keep(key, future.result())
+            yield None
 
 
 def plan(profile: ChainProfile, table: Table, k: int) -> Plan:
@@ -437,8 +442,7 @@ def _build_front(profile: ChainProfile, slots: int, progress: bool) -> _Front:
     ]
     sources = [(0, 0, _MINIMUM), (0, 0, _STORE_ALL_SOURCE)]
     scales = _scales(profile, minimum.free, slots)
-    _build_tables(profile, scales)
-    for index, (free, levels) in enumerate(scales):
+    for index, ((free, levels), _) in enumerate(zip(scales, _filled(profile, scales), strict=True)):
         above = scales[index + 1][0] if index + 1 < len(scales) else -1
         more, where = _table_points(profile, free, above, levels, progress)
         points.extend(more)
