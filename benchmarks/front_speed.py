@@ -16,6 +16,7 @@ baseline's, and every baseline point is dominated by an optimal point (one with 
 and no more time). Wall-clock and CPU seconds are both printed (CPU is the steadier guide on a
 shared machine). Usage: ``python benchmarks/front_speed.py [--sizes 100,400,1000] [--seed 0]``;
 prints a table and writes benchmarks/results/front_speed.json with the machine it ran on.
+``--lstm-only`` adds issue 11's resolution case (:func:`lstm_resolution`, needs torch) to that file.
 """
 
 from __future__ import annotations
@@ -135,6 +136,34 @@ def run_size(n: int, seed: int, work: Path) -> dict:
     return row
 
 
+def lstm_resolution() -> dict:
+    """Issue 11's resolution case: the LSTM of benchmarks/lstm_chen2016.py, T = 1,000 in blocks of
+    4 steps (250 stages, a freshly profiled block), least memory whose fastest schedule is within
+    one extra forward: by bisection with ``solve`` at the default 500 slots, and from the front
+    alone (what ``solve`` returned before it also used the budget's own table)."""
+    import lstm_chen2016 as lstm
+
+    from remat.solver.optimal import DEFAULT_SLOTS, optimal_front
+
+    chain = lstm.chain_of(lstm.stage_profile(4), 250)
+    level = lstm.resolve(None, chain)
+    lstm.DP_SLOTS = DEFAULT_SLOTS
+    start = time.perf_counter()
+    solved = lstm.dp_least_memory(chain, level)
+    seconds = time.perf_counter() - start
+    within = [p.peak_memory for p in optimal_front(chain) if p.recompute_ms <= level * (p.compute_ms - p.recompute_ms)]
+    return {
+        "case": "LSTM T=1000 in blocks of 4, least memory within one extra forward",
+        "overhead_level": level,
+        "solve_500_slots_bytes": solved.predicted.peak_memory,
+        "solve_500_slots_mib": solved.predicted.peak_memory / 2**20,
+        "solve_table_free_bytes": solved.extra.get("table_free_bytes"),
+        "front_alone_bytes": min(within),
+        "front_alone_mib": min(within) / 2**20,
+        "bisection_s": seconds,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100,400,1000")
@@ -142,7 +171,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--part", choices=("front", "phases"), help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
     parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "front_speed.json"))
+    parser.add_argument("--lstm-only", action="store_true", help="add the LSTM resolution case to the results file")
     args = parser.parse_args(argv)
+    if args.lstm_only:
+        with open(args.output) as handle:
+            results = json.load(handle)
+        results["lstm_resolution"] = lstm_resolution() | {"load_average": list(os.getloadavg())}
+        print(json.dumps(results["lstm_resolution"], indent=1))
+        with open(args.output, "w") as handle:
+            json.dump(results, handle, indent=1)
+        return 0
     if args.part:
         print(json.dumps((part_front if args.part == "front" else part_phases)(args.path)))
         return 0

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from remat.schedules import ChainProfile, InfeasibleBudgetError, RematError, Stage, check_schedule
 from remat.solver import solve, strategy_names
 from remat.solver.optimal import minimum_budget, optimal_front
+from remat.solver.optimal_table import build_table, slot_size
 from remat.solver.pareto import chain_front
 from remat.solver.store_all import store_all_peak
 
@@ -111,6 +112,40 @@ def test_front_points_are_what_solve_returns():
         schedule = solve(profile, point.peak_memory, "optimal")
         assert schedule.predicted.peak_memory <= point.peak_memory
         assert schedule.predicted.compute_ms <= point.compute_ms * (1 + 1e-9)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(profile=chains(20), fractions=st.lists(st.floats(0, 1), min_size=2, max_size=6))
+def test_solve_is_the_best_of_the_front_and_its_own_table(profile, fractions):
+    """At every budget, no slower than the budget's own 500-level table (filled here directly) and
+    than the front's point within it; over calls at rising budgets, never slower than before."""
+    least, most = minimum_budget(profile), store_all_peak(profile)
+    previous = math.inf
+    for fraction in sorted(fractions):
+        budget = least + int(fraction * (most - least))
+        schedule = solve(profile, budget, "optimal")
+        check_schedule(profile, schedule)
+        got = schedule.predicted.compute_ms
+        free = budget - profile.input_size
+        slot = slot_size(free, 500)
+        own = build_table(profile, slot, min(500, free // slot)).top
+        assert got <= float(np.min(own)) * (1 + 1e-6)  # the table's float32 sums against float64
+        within = [p.compute_ms for p in optimal_front(profile) if p.peak_memory <= budget]
+        assert got <= min(within) * (1 + 1e-9)
+        assert got <= previous
+        previous = got
+
+
+def test_a_budget_between_two_tables_is_resolved_by_its_own_table():
+    """Just above the front's second table (an eighth of the store-all memory), the front alone
+    sees the budget in the first table's coarse slots; solve's own table does better here."""
+    profile = _kernel_chain(60, 5)
+    free = (store_all_peak(profile) - profile.input_size) // 8
+    budget = profile.input_size + free + free // 2
+    within = [p.compute_ms for p in optimal_front(profile) if p.peak_memory <= budget]
+    schedule = solve(profile, budget, "optimal")
+    assert schedule.predicted.compute_ms < min(within) * (1 - 1e-6)
+    assert schedule.extra["table_free_bytes"] == budget - profile.input_size
 
 
 def _scaled(profile: ChainProfile, factor: float) -> ChainProfile:

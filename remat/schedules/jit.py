@@ -33,13 +33,17 @@ def _private_cache_dir() -> str | None:
     return path
 
 
-def njit_cached(function: Callable[..., Any]) -> Callable[..., Any]:
+def njit_cached(function: Callable[..., Any] | None = None, *, nogil: bool = False) -> Any:
     """``numba.njit(cache=True)(function)``, falling back to a private temporary cache directory,
-    then to an uncached compile, when numba finds no place to write its cache."""
+    then to an uncached compile, when numba finds no place to write its cache. ``nogil=True``
+    releases the GIL while the compiled code runs (for callers that run it in threads); used
+    bare (``@njit_cached``) or with that option (``@njit_cached(nogil=True)``)."""
+    if function is None:
+        return lambda inner: njit_cached(inner, nogil=nogil)
     from numba import config, njit
 
     try:
-        return njit(cache=True)(function)
+        return njit(cache=True, nogil=nogil)(function)
     except RuntimeError as error:
         if "cannot cache" not in str(error):
             raise
@@ -48,10 +52,10 @@ def njit_cached(function: Callable[..., Any]) -> Callable[..., Any]:
         previous = config.CACHE_DIR
         config.CACHE_DIR = fallback
         try:
-            return njit(cache=True)(function)
+            return njit(cache=True, nogil=nogil)(function)
         except RuntimeError as error:
             if "cannot cache" not in str(error):
                 raise
         finally:
             config.CACHE_DIR = previous
-    return njit(function)
+    return njit(nogil=nogil)(function)

@@ -17,8 +17,11 @@ is claimed:
   budget's free memory, an eighth of it, ... down to the minimum, each with its own slot size)
   merged with store-all and the exact least-memory persistent schedule
   (:mod:`remat.solver.optimal_minimum`, no slots), dominated points dropped.
-* :func:`minimum_budget` is exact; :func:`solve` returns the fastest front point within the
-  budget, so it is monotone in the budget and succeeds at every budget from the minimum on.
+* :func:`minimum_budget` is exact; :func:`solve` returns the fastest of the front's point within
+  the budget, the budget's own table's best and the earlier answers for the profile within the
+  budget, so it is monotone in the budget (over rising budgets across calls, too), resolves a
+  budget between two of the front's tables in its own slots, and succeeds at every budget from
+  the minimum on.
 
 A profile whose stages have recording options (docs/model.md) is solved by
 :mod:`remat.solver.optimal_options` (the same claims, over every choice of options).
@@ -34,9 +37,13 @@ from __future__ import annotations
 
 import bisect
 import math
+import os
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+
+import numpy as np
 
 from remat.schedules import ChainProfile, InfeasibleBudgetError, Op, RematError, Schedule
 from remat.solver.common import Strategy, make_schedule, require_chain
@@ -67,7 +74,7 @@ class Plan:
 
 
 _CACHE: OrderedDict[tuple[str, int, int], Table] = OrderedDict()
-_CACHE_BYTES = 400 << 20  # a 1000-stage table at 500 slots holds ~160 MB of decisions (int16)
+_CACHE_BYTES = 640 << 20  # a 1000-stage front: 3 tables, ~410 MB of decisions (int16) in all
 
 
 def _check_slots(slots: object) -> None:
@@ -75,22 +82,49 @@ def _check_slots(slots: object) -> None:
         raise RematError(f"slots: must be a positive integer, got {slots!r}")
 
 
+def _table_key(profile: ChainProfile, free_bytes: int, slots: int) -> tuple[str, int, int]:
+    slot = slot_size(free_bytes, slots)
+    return profile.sha256, slot, min(slots, free_bytes // slot)
+
+
+def _keep(key: tuple[str, int, int], table: Table) -> None:
+    _CACHE[key] = table
+    while len(_CACHE) > 1 and sum(t.flat.nbytes for t in _CACHE.values()) > _CACHE_BYTES:
+        _CACHE.popitem(last=False)
+
+
 def table_for(profile: ChainProfile, free_bytes: int, slots: int = DEFAULT_SLOTS) -> Table:
     """The DP table covering ``free_bytes`` of free memory (budget minus the input a_0) in
-    ``slots`` slots; the last few (up to ~400 MB of decisions, at least one) are cached."""
+    ``slots`` slots; the last few (up to ~640 MB of decisions, at least one) are cached."""
     _check_slots(slots)
-    slot = slot_size(free_bytes, slots)
-    levels = min(slots, free_bytes // slot)
-    key = (profile.sha256, slot, levels)
+    key = _table_key(profile, free_bytes, slots)
     table = _CACHE.get(key)
     if table is None:
-        table = build_table(profile, slot, levels)
-        _CACHE[key] = table
-        while len(_CACHE) > 1 and sum(t.flat.nbytes for t in _CACHE.values()) > _CACHE_BYTES:
-            _CACHE.popitem(last=False)
+        table = build_table(profile, key[1], key[2])
+        _keep(key, table)
     else:
         _CACHE.move_to_end(key)
     return table
+
+
+def _filled(profile: ChainProfile, scales: list[tuple[int, int]]) -> Iterator[None]:
+    """Yield once per scale (free bytes, slots), in order, when its table is cached. The missing
+    tables are filled several at once: the kernel releases the GIL and the tables are independent,
+    so on c cores they take about the time of the c-th largest instead of their sum, and the
+    caller reads a table's points while the later ones are still being filled."""
+    keys = [_table_key(profile, free, levels) for free, levels in scales]
+    missing = [key for key in dict.fromkeys(keys) if key not in _CACHE]
+    workers = min(len(missing), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+    if workers < 2:
+        yield from (None for _ in scales)  # table_for fills them one by one
+        return
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {key: pool.submit(build_table, profile, key[1], key[2]) for key in missing}
+        for key in keys:
+            future = futures.pop(key, None)
+            if future is not None:
+                _keep(key, future.result())
+            yield None
 
 
 def plan(profile: ChainProfile, table: Table, k: int) -> Plan:
@@ -415,7 +449,7 @@ def _build_front(profile: ChainProfile, slots: int, progress: bool) -> _Front:
     ]
     sources = [(0, 0, _MINIMUM), (0, 0, _STORE_ALL_SOURCE)]
     scales = _scales(profile, minimum.free, slots)
-    for index, (free, levels) in enumerate(scales):
+    for index, ((free, levels), _) in enumerate(zip(scales, _filled(profile, scales), strict=True)):
         above = scales[index + 1][0] if index + 1 < len(scales) else -1
         more, where = _table_points(profile, free, above, levels, progress)
         points.extend(more)
@@ -441,11 +475,66 @@ def _plan_of(profile: ChainProfile, source: tuple[int, int, int]) -> Plan:
     return plan(profile, table_for(profile, free, levels), level)
 
 
+_Answer = tuple[int, float, tuple[int, int, int]]  # (peak bytes, compute ms of its Plan, source as in _Front)
+_KNOWN: OrderedDict[tuple[str, int], tuple[_Answer, ...]] = OrderedDict()
+_MAX_KNOWN = 4096  # answers kept per profile (only undominated ones are kept at all)
+
+
+def _answer(profile: ChainProfile, source: tuple[int, int, int]) -> tuple[_Answer, Plan]:
+    found = _plan_of(profile, source)
+    return (found.peak_memory, found.compute_ms, source), found
+
+
+def _own_source(profile: ChainProfile, budget: int, slots: int) -> tuple[int, int, int] | None:
+    """The best level of the budget's own table (``slots`` levels over its free memory)."""
+    free = budget - profile.input_size
+    top = table_for(profile, free, slots).top
+    level = int(np.argmin(np.where(np.isfinite(top), top, np.inf)))  # the first level with the least time
+    return (free, slots, level) if math.isfinite(top[level]) else None
+
+
+def _best(profile: ChainProfile, budget: int, slots: int) -> tuple[Plan, tuple[int, int, int]]:
+    """The fastest schedule within ``budget`` among the front's, the budget's own table's and the
+    answers of earlier calls for this profile and ``slots``; remembered for later calls. Times are
+    compared as their Plans sum them (what the simulator checks), ties going to the front."""
+    front = _front(profile, slots)
+    index = bisect.bisect_right([p.peak_memory for p in front.points], budget) - 1
+    if index < 0:
+        detail = "the least memory of any persistent schedule, exact"
+        raise InfeasibleBudgetError(NAME, budget, minimum_budget(profile), detail)
+    best, chosen = _answer(profile, front.sources[index])
+    own = _own_source(profile, budget, slots)
+    if own is not None and own != best[2]:
+        answer, found = _answer(profile, own)
+        if answer[1] < best[1]:
+            best, chosen = answer, found
+    key = (profile.sha256, slots)
+    known = _KNOWN.get(key, ())
+    earlier = [answer for answer in known if answer[0] <= budget and answer[1] < best[1]]
+    if earlier:
+        best = min(earlier, key=lambda answer: answer[1])
+        chosen = _plan_of(profile, best[2])
+    if best[2] != front.sources[index] and best not in known:
+        _remember(_KNOWN, key, _undominated((*known, best))[-_MAX_KNOWN:])
+    return chosen, best[2]
+
+
+def _undominated(answers: tuple[_Answer, ...]) -> tuple[_Answer, ...]:
+    kept: list[_Answer] = []
+    for answer in sorted(answers, key=lambda a: (a[0], a[1])):
+        if not kept or answer[1] < kept[-1][1]:
+            kept.append(answer)
+    return tuple(kept)
+
+
 def solve(profile: ChainProfile, budget: int, slots: int = DEFAULT_SLOTS) -> Schedule:
-    """The fastest schedule within ``budget`` bytes on the multi-scale front (see
-    :func:`optimal_front`): optimal among persistent schedules up to each table's ``slots``
-    discretization, monotone in the budget (a larger budget never gets a slower schedule), and a
-    schedule at every budget from :func:`minimum_budget` (exact) on."""
+    """The fastest schedule within ``budget`` bytes among the multi-scale front (see
+    :func:`optimal_front`) and the budget's own table (``slots`` levels over its free memory, which
+    resolves a budget between two of the front's tables finely), and every schedule that an
+    earlier call returned for this profile and ``slots``: optimal among persistent schedules up
+    to each table's discretization; monotone in the budget (a larger budget never gets a slower
+    schedule than the front gives, or than a call before it got at a smaller budget); a schedule at
+    every budget from :func:`minimum_budget` (exact) on."""
     profile = require_chain(profile, NAME)
     _check_slots(slots)
     if profile.has_options:  # stages with several recording options: remat.solver.optimal_options
@@ -454,13 +543,7 @@ def solve(profile: ChainProfile, budget: int, slots: int = DEFAULT_SLOTS) -> Sch
         return solve_options(profile, budget, slots)
     if budget >= store_all_peak(profile):
         return _store_all_schedule(profile, budget)
-    front = _front(profile, slots)
-    index = bisect.bisect_right([p.peak_memory for p in front.points], budget) - 1
-    if index < 0:
-        detail = "the least memory of any persistent schedule, exact"
-        raise InfeasibleBudgetError(NAME, budget, minimum_budget(profile), detail)
-    source = front.sources[index]
-    chosen = _plan_of(profile, source)
+    chosen, source = _best(profile, budget, slots)
     free, levels, level = source
     if level == _MINIMUM:
         extra = {"claim": "least memory of any persistent schedule", "checkpoints": chosen.checkpoints}

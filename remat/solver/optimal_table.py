@@ -51,18 +51,20 @@ describes fits in the real budget; with sizes that are multiples of ``S`` the ta
 
 Layout and speed: the table is filled by a numba kernel (:mod:`remat.solver.optimal_kernel`,
 compiled on first use and cached on disk), in two passes. Pass 1 computes, for every segment, the
-integer bounds ``lo <= hi``: below ``lo`` the segment is infeasible, from ``hi = ceil(X(s, t) / S)``
-on it is store-all -- both follow from the recurrence in O(L) per segment. Pass 2 computes cells
-for ``s`` from ``n-1`` down to 0 and, for each ``s``, ``t`` from ``s+1`` up, only for ``k`` in
-``[lo, hi)``; those values (float32) and decisions (int16) are stored flat, one run per segment
-(runs ordered by ``t``, then ``s``), so reading ``C(j, t, x)`` is a lookup: ``inf`` below ``lo``,
-``SA`` from ``hi`` on, else the stored run. At each level a split point ``j`` is evaluated only
-while ``SA(s, t) + F(s, j)`` (a lower bound on any split at j, growing with j), lowered by a
-margin far above float32 rounding, is still below the best found there: no candidate the plain
-recurrence would choose is skipped. Sums are formed in float32 in the same order as the numpy
-implementation this replaced (kept as a baseline in ``benchmarks/optimal_numpy.py``), ties go to
-option 1 and then to the smallest ``j``, and tests/test_optimal_kernel.py checks that both fill
-identical tables. After the fill only the decisions are kept (what read-back needs), not the values.
+integer bounds ``lo <= hi``: below ``lo`` the segment is infeasible, from ``hi = ceil(X(s, t) /
+S)`` on it is store-all -- both follow from the recurrence in O(L) per segment. Pass 2 computes
+cells for rows ``s`` in blocks of 16 from the last block up and, in each block, for ``t`` going up
+and the block's rows from the bottom (every cell's inputs are then done, and each column's runs are
+read once per block), only for ``k`` in ``[lo, hi)``; those values (float32) and decisions (int16)
+are stored flat, one run per segment (runs ordered by ``t``, then ``s``), so reading ``C(j, t, x)``
+is a lookup: ``inf`` below ``lo``, ``SA`` from ``hi`` on, else the stored run. At each level a
+split point ``j`` is evaluated only while ``SA(s, t) + F(s, j)`` (a lower bound on any split at j,
+growing with j), lowered by a margin far above float32 rounding, is still below the best found
+there: no candidate the plain recurrence would choose is skipped. Sums are formed in float32 in the
+same order as the numpy implementation this replaced (kept as a baseline in
+``benchmarks/optimal_numpy.py``), ties go to option 1 and then to the smallest ``j``, and
+tests/test_optimal_kernel.py checks that both fill identical tables. After the fill only the
+decisions are kept (what read-back needs), not the values.
 
 Exactness: before the fill every time is multiplied by one power of two (:func:`time_scale`), so
 that float32 holds any profile's times (1e38 ms stages included) and the sums are the exact

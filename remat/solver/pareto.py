@@ -9,6 +9,7 @@ import csv
 import math
 import os
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,17 +154,21 @@ def chain_front(
     for name in strategies:
         if name not in known:
             raise RematError(f"--strategies: unknown chain strategy '{name}' (available: {', '.join(known)})")
+    # the front's least memory is the exact minimum: the sweep's budgets need not wait for the front
+    low = minimum_budget(profile, slots=slots)
+    budgets = budget_sweep(max(profile.input_size, low // 2), store_all_peak(profile), points)
+    baselines = [name for name in strategies if name != "optimal"]
     collected: list[FrontPoint] = []
-    if "optimal" in strategies:
-        collected.extend(optimal_front(profile, slots=slots, progress=progress))
-        low = min(p.peak_memory for p in collected)
-    else:
-        low = minimum_budget(profile, slots=slots)
-    high = store_all_peak(profile)
-    budgets = budget_sweep(max(profile.input_size, low // 2), high, points)
-    for name in strategies:
-        if name != "optimal":
-            collected.extend(sweep_strategy(profile, name, budgets, progress=progress))
+    # the DP's tables are filled in threads that release the GIL: the baselines are swept
+    # meanwhile (not with progress bars, which would interleave)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        dp = pool.submit(optimal_front, profile, slots) if "optimal" in strategies and not progress else None
+        if "optimal" in strategies and dp is None:
+            collected.extend(optimal_front(profile, slots=slots, progress=progress))
+        swept = [point for name in baselines for point in sweep_strategy(profile, name, budgets, progress=progress)]
+        if dp is not None:
+            collected.extend(dp.result())
+    collected.extend(swept)
     forward = sum(stage.forward_ms for stage in profile.stages)
     return ChainFront(profile, tuple(collected), profile.store_all_compute_ms, forward)
 
