@@ -359,14 +359,15 @@ def solve_options(profile: ChainProfile, budget: int, slots: int) -> Schedule:
         least = least_budget(profile, slots)
         raise InfeasibleBudgetError(NAME, budget, least, "the least memory the multi-option DP found", bound="found")
     source = front.sources[index]
-    if source.single:
-        # at the user's budget: the single-option DP's best there is at least as fast as this point
-        chosen = optimal.solve(profile.without_options(), budget, slots=slots)
-        ops, compute, peak = chosen.ops, chosen.predicted.compute_ms, chosen.predicted.peak_memory
-        extra = dict(chosen.extra)
+    table = None if source.single else _table(profile, source.free, source.levels)
+    found = None if table is None else read_plan(profile, table, source.level)
+    single = _single_option_solve(profile, budget, slots)
+    if single is not None and (found is None or single.predicted.compute_ms <= found.compute_ms):
+        # the single-option DP's best at the user's budget (its own table included) can beat the
+        # options front's point there: options only add choices, so take whichever is faster
+        ops, compute, peak = single.ops, single.predicted.compute_ms, single.predicted.peak_memory
+        extra = dict(single.extra)
     else:
-        table = _table(profile, source.free, source.levels)
-        found = read_plan(profile, table, source.level)
         ops, compute, peak = found.ops, found.compute_ms, found.peak_memory
         extra = {
             "claim": "optimal among persistent schedules over every stage option (up to discretization)",
@@ -376,3 +377,13 @@ def solve_options(profile: ChainProfile, budget: int, slots: int) -> Schedule:
         }
     extra["options_used"] = sum(1 for op in ops if len(op) == 3)
     return make_schedule(profile, budget, NAME, ops, claimed_compute_ms=compute, claimed_peak_memory=peak, extra=extra)
+
+
+def _single_option_solve(profile: ChainProfile, budget: int, slots: int) -> Schedule | None:
+    """The single-option DP's schedule at ``budget`` (options dropped), or None when it has none."""
+    from remat.solver import optimal
+
+    try:
+        return optimal.solve(profile.without_options(), budget, slots=slots)
+    except InfeasibleBudgetError:
+        return None
