@@ -1,27 +1,38 @@
 """Stages that the traced cut finds on library models built from configs, and the proof's verdict.
 
-    python benchmarks/cut_models.py [--only gpt2,llama] [--image 64]
+    python benchmarks/cut_models.py [--only gpt2,llama] [--image 64] [--train]
 
 For each model (random weights, batch 2): trace + cut + proof (remat.executor.proof.cut_model),
-then the stage names. Prints a table and writes benchmarks/results/cut_models.json with the
-machine it ran on. Times are wall-clock seconds of the trace, cut and proof together (noisy on a
-shared machine; they say how long a user waits, not how fast anything trains).
+then the stage names. With ``--train``, also one step through ``remat.checkpoint`` at 50% of the
+store-all budget (or the least budget the DP meets, if more): fp32 gradients ``torch.equal`` to
+the plain step's, and under bf16 autocast the max-abs difference of loss and gradients from
+plain autocast training next to that of per-block ``torch.utils.checkpoint`` (non-reentrant,
+around each module the cut names). Prints a table and writes benchmarks/results/cut_models.json
+(cut_models_train.json with ``--train``) with the machine it ran on. Times are wall-clock seconds
+of the trace, cut and proof together (noisy on a shared machine; they say how long a user
+waits, not how fast anything trains).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import time
 from pathlib import Path
 
 import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
 import torch
+import torch.utils.checkpoint
 from torch import nn
 
+import remat
 from remat.executor.hub import build_library_model
 from remat.executor.proof import cut_model
 from remat.schedules import RematError
+from remat.solver.optimal import minimum_budget
+from remat.solver.store_all import store_all_peak
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cut_models.json"
 SEQ = 128
@@ -89,13 +100,109 @@ def run_one(spec: str, config: dict, inputs: object, image_model: bool) -> dict:
             "proven_equal": True, "cut_and_proof_s": round(seconds, 2)}  # fmt: skip
 
 
+def _step(model: nn.Module, run, initial: list[torch.Tensor], bf16: bool) -> list[torch.Tensor]:
+    """Loss and parameter gradients of one step from ``initial`` buffers and a fixed RNG."""
+    with torch.no_grad():
+        for b, saved in zip(model.buffers(), initial, strict=True):
+            b.copy_(saved)
+    for p in model.parameters():
+        p.grad = None
+    torch.manual_seed(3)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        loss = run()
+    loss.backward()
+    return [loss.detach()] + [p.grad.clone() for p in model.parameters()]
+
+
+def _difference(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+    return max((x.double() - y.double()).abs().max().item() for x, y in zip(a, b, strict=True))
+
+
+@contextlib.contextmanager
+def _per_block_checkpoint(model: nn.Module, names: list[str]):
+    patched = []
+    for name in names:
+        try:
+            module = model.get_submodule(name)
+        except AttributeError:
+            continue  # 'loss', ranges such as 'features.0-1'
+        if module is not model:
+            module.forward = functools.partial(torch.utils.checkpoint.checkpoint, module.forward, use_reentrant=False)
+            patched.append(module)
+    try:
+        yield len(patched)
+    finally:
+        for module in patched:
+            del module.forward
+
+
+def train_one(spec: str, config: dict, inputs: object, image_model: bool) -> dict:
+    """fp32 and bf16-autocast steps through remat.checkpoint(budget="50%") against the plain model."""
+    torch.manual_seed(0)
+    model = build_library_model(spec, config).train()
+    target = torch.tensor([1, 7]) if image_model else None
+    loss = nn.functional.cross_entropy if image_model else None
+    example = inputs if isinstance(inputs, dict) else (inputs,)
+    try:
+        wrapped = remat.checkpoint(model, example, budget=1.0, loss=loss, target=target, repeats=1, warmup=0)
+    except RematError as error:
+        return {"spec": spec, "error": str(error)}
+    # 50% of store-all, or the least the DP can meet where that is more (VGG: its classifier's transients)
+    store_all = store_all_peak(wrapped.profile)
+    wrapped = wrapped.with_budget(max(store_all // 2, minimum_budget(wrapped.profile)))
+
+    def plain() -> torch.Tensor:
+        if isinstance(inputs, dict):
+            return model(**inputs).loss
+        return nn.functional.cross_entropy(model(inputs), target)
+
+    def replay() -> torch.Tensor:
+        return wrapped(**inputs) if isinstance(inputs, dict) else wrapped(inputs, target=target)
+
+    initial = [b.clone() for b in model.buffers()]
+    fp32 = _step(model, plain, initial, False)
+    remat_fp32 = _step(model, replay, initial, False)
+    bf16 = _step(model, plain, initial, True)
+    remat_bf16 = _step(model, replay, initial, True)
+    with _per_block_checkpoint(model, [s.name for s in wrapped.profile.stages]) as blocks:
+        checkpointed_bf16 = _step(model, plain, initial, True)
+    recomputed = sum(op in ("F_ck", "F_n") for op, _ in wrapped.schedule.ops)
+    return {"spec": spec, "stages": wrapped.profile.length, "budget": wrapped.schedule.budget,
+            "budget_of_store_all": round(wrapped.schedule.budget / store_all, 3),
+            "recomputing_forwards": recomputed, "fp32_equal": all(map(torch.equal, fp32, remat_fp32)),
+            "bf16_remat_max_abs": _difference(bf16, remat_bf16),
+            "bf16_checkpoint_max_abs": _difference(bf16, checkpointed_bf16), "checkpointed_blocks": blocks,
+            "bf16_differs_from_fp32": not all(map(torch.equal, fp32, bf16))}  # fmt: skip
+
+
+def main_train(table: dict, chosen: list[str], image: int) -> None:
+    rows = {}
+    print(f"{'model':<32} {'fp32 equal':>10}  {'bf16 remat':>10}  {'bf16 ckpt':>10}  recomputed forwards")
+    for name in chosen:
+        row = train_one(*table[name])
+        rows[name] = row
+        if "error" in row:
+            print(f"{name:<32} {row['error']}")
+        else:
+            print(f"{name:<32} {str(row['fp32_equal']):>10}  {row['bf16_remat_max_abs']:>10.3g}  "
+                  f"{row['bf16_checkpoint_max_abs']:>10.3g}  {row['recomputing_forwards']}", flush=True)  # fmt: skip
+        out = RESULTS.with_name("cut_models_train.json")  # after each model: a long run keeps what it did
+        out.write_text(json.dumps({"machine": machine(), "batch": 2, "seq": SEQ, "image": image, "budget": "50%",
+                                   "models": rows}, indent=2) + "\n")  # fmt: skip
+    print(f"wrote {RESULTS.with_name('cut_models_train.json')}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="comma-separated model names")
     parser.add_argument("--image", type=int, default=64, help="image side for the vision models")
+    parser.add_argument("--train", action="store_true", help="fp32 and bf16 steps through remat.checkpoint")
     args = parser.parse_args()
     table = models(args.image)
     chosen = args.only.split(",") if args.only else list(table)
+    if args.train:
+        main_train(table, chosen, args.image)
+        return
     rows = {}
     print(f"{'model':<32} {'stages':>6}  {'proven':>6}  {'cut+proof s':>11}  first stages")
     for name in chosen:

@@ -217,6 +217,30 @@ def test_llama_gqa_is_cut_on_eager_branch_and_a_call_on_the_other_is_refused(pad
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("case", ["torchvision-densenet121", "torchvision-vgg16"])
+@pytest.mark.parametrize("bf16", [False, True])
+def test_graph_replay_of_a_vision_model_equals_its_plain_step(case, bf16):
+    # DenseNet's block input feeds every layer's concatenation: the replay must add their
+    # gradients in autograd's order; VGG's ReLUs are in place
+    from graph_schedules import checkpoint_schedule
+
+    from remat.executor.graph_profile import profile_graph
+    from remat.executor.graph_replay import GraphReplay
+
+    factory, x, _, _ = CASES[case]
+    torch.manual_seed(0)
+    model = factory().train()
+    profile = profile_graph(model, example_inputs=x, name=case)
+    forward = [v for v, node in enumerate(profile.nodes) if not node.backward]
+    initial = [b.clone() for b in model.buffers()]
+    plain = _train_once(model, lambda: nn.functional.cross_entropy(model(x), TARGET), initial, bf16=bf16)
+    wrapped = GraphReplay(model, checkpoint_schedule(profile, forward[::2]), profile)
+    replay = _train_once(model, lambda: nn.functional.cross_entropy(wrapped(x), TARGET), initial, bf16=bf16)
+    assert torch.equal(plain[0], replay[0])
+    assert all(torch.equal(a, b) for a, b in zip(plain[1], replay[1], strict=True)), "parameter gradients differ"
+    assert all(torch.equal(a, b) for a, b in zip(plain[2], replay[2], strict=True)), "buffers differ"
+
+
 def test_cli_profiles_a_token_model_built_from_a_config(tmp_path, capsys):
     from remat.cli import main
     from remat.schedules import load_profile

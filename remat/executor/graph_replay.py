@@ -183,7 +183,9 @@ class _Step:
                     )
                 contributions.append(self.seed)
             if contributions:
-                output_grads[o] = functools.reduce(torch.add, contributions)
+                # in autograd's order: the engine runs the latest consumer's backward first and
+                # adds each next one to the sum (a + b + c in another order differs in the last bits)
+                output_grads[o] = functools.reduce(torch.add, reversed(contributions))
         recorded = self.fwd.get(p)
         if recorded is None:
             node = plan.forward_node[p]
