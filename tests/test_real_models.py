@@ -109,7 +109,12 @@ CASES: dict[str, tuple[Callable[[], nn.Module], dict | torch.Tensor, bool, tuple
     "torchvision-resnet50": (tv_resnet50, IMAGE, True, ("layer1.0", "layer4.0")),
     "torchvision-vgg16": (vgg16_features, IMAGE, True, ("0.0-1", "0.2-3", "0.4-5")),
     "torchvision-mobilenet_v3_large": (mobilenet_v3_large, IMAGE, True, ("features.1", "features.5")),
-    "torchvision-densenet121": (densenet121, IMAGE, True, ("features.denseblock1", "features.transition1.conv")),
+    "torchvision-densenet121": (
+        densenet121,
+        IMAGE,
+        True,
+        ("features.pool0+features.denseblock1", "features.transition1.conv"),  # the pool's output: fuse.py
+    ),
     "torchvision-vit_b_16": (vit_b_16, IMAGE, True, ("encoder.layers.encoder_layer_0",)),
     "timm-resnet50": (timm_resnet50, IMAGE, True, ("layer1.0", "layer4.0")),
 }
