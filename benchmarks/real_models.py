@@ -169,7 +169,10 @@ def _checkpointed(forward: Callable) -> Callable:
 def block_segments(model: nn.Module, stage_names: list[str]) -> list[list[nn.Module]]:
     """The blocks of the cut as module runs: a stage named by a module path is that module; one named
     ``parent.i-j`` is children i..j of ``parent`` (a conv and its in-place ReLU); stages that are no
-    module (``root``, ``loss``) or contain other stages (vit's ``encoder``) are not checkpointed."""
+    module (``root``, ``loss``) or contain other stages (vit's ``encoder``) are not checkpointed.
+    A fused stage (``first+second``, remat/executor/fuse.py) is its parts, each checkpointed as a
+    user would checkpoint its blocks."""
+    stage_names = [part for name in stage_names for part in name.split("+")]
     segments = []
     for name in stage_names:
         if any(other.startswith(name + ".") for other in stage_names):

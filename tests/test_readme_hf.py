@@ -29,5 +29,6 @@ def test_the_readme_hugging_face_snippet_trains_under_its_budget(capsys):
     wrapped, loss = namespace["wrapped"], namespace["loss"]
     assert wrapped.schedule.budget < store_all_peak(wrapped.profile)  # it recomputes
     assert torch.isfinite(loss) and loss.requires_grad
-    assert {"transformer.h.0", "transformer.h.3", "lm_head", "loss"} <= {s.name for s in wrapped.profile.stages}
+    # the head and the loss are one stage (remat/executor/fuse.py: the logits are saved by neither)
+    assert {"transformer.h.0", "transformer.h.3", "lm_head+loss"} <= {s.name for s in wrapped.profile.stages}
     assert all(p.grad is None or not p.grad.any() for p in namespace["model"].parameters())  # zero_grad ran
