@@ -36,7 +36,8 @@ from __future__ import annotations
 
 from math import comb
 
-from remat.schedules import ChainProfile, InfeasibleBudgetError, Op, RematError, Schedule, simulate
+from remat.schedules import ChainProfile, InfeasibleBudgetError, Op, RematError, Schedule
+from remat.schedules.simulator import simulate_chain
 from remat.solver.common import ProfileCache, Strategy, make_schedule, require_chain
 
 NAME = "revolve"
@@ -103,7 +104,8 @@ def _peaks(profile: ChainProfile, choices: tuple[int, ...]) -> list[int]:
     """Simulated peak of each slot count's schedule (bytes), computed once per profile."""
 
     def compute():
-        return [simulate(profile, revolve_ops(profile.length, c), timeline=False).peak_memory for c in choices]
+        # the op lists are built here, well formed: the simulator proper, without re-parsing them
+        return [simulate_chain(profile, revolve_ops(profile.length, c), timeline=False).peak_memory for c in choices]
 
     return _PEAKS.get(profile, choices, compute)
 
