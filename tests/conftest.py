@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from remat.schedules import ChainProfile, Stage
+
+# .ci/run sets REMAT_HYPOTHESIS=ci: CI draws a fixed set of examples (derandomized), so a landing's
+# result is reproducible from its commit; a local run explores new examples every time.
+settings.register_profile("ci", derandomize=True)
+if os.environ.get("REMAT_HYPOTHESIS") == "ci":
+    settings.load_profile("ci")
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
