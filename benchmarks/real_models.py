@@ -38,9 +38,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
 import remat
-from remat.executor.allocator import AllocatorMeter
 from remat.executor.hub import build_library_model
-from remat.executor.measure import prepare_grads
+from remat.executor.measure import prepare_grads, step_allocator_peak
 from remat.schedules import RematError
 from remat.solver.optimal import minimum_budget
 from remat.solver.store_all import store_all_peak
@@ -121,16 +120,10 @@ class Case:
 
 def step_peak(case: Case, step: Callable[[], torch.Tensor], a0_bytes: int, steps: int = 2) -> int:
     """The allocator's peak over ``steps`` steps after one warmup (bytes): allocations during
-    ``step().backward()`` plus the chain input a_0; parameter gradients pre-allocated outside."""
-    peak = 0
-    for i in range(steps + 1):
-        case.reset()
-        prepare_grads(case.model)
-        meter = AllocatorMeter("cpu")
-        with meter if i else contextlib.nullcontext():
-            step().backward()
-        peak = max(peak, meter.peak_bytes) if i else peak
-    return peak + a0_bytes
+    ``step().backward()`` plus the chain input a_0; parameter gradients pre-allocated outside
+    (:func:`remat.executor.measure.step_allocator_peak`, the accounting of ``remat execute``)."""
+    case.reset()
+    return step_allocator_peak(case.model, step, torch.device("cpu"), steps=steps) + a0_bytes
 
 
 def step_ms(case: Case, step: Callable[[], torch.Tensor], steps: int = 5) -> float:

@@ -172,6 +172,39 @@ def measure_steps(
     )
 
 
+def step_allocator_peak(
+    module: torch.nn.Module,
+    step: Callable[[], torch.Tensor],
+    device: torch.device,
+    steps: int = 2,
+    warmup: int = 1,
+) -> int:
+    """The allocator's peak of the training step ``step().backward()`` (bytes above what was
+    allocated before it), the largest of ``steps`` steps after ``warmup``; ``module``'s parameter
+    gradients are pre-allocated and zeroed outside the meter, and its buffers (BatchNorm
+    statistics) and the RNG are restored afterwards. ``step`` may run remat or the plain model:
+    both are measured alike. Bytes."""
+    with untracked(), torch.no_grad():
+        buffers = [(b, b.detach().clone()) for b in module.buffers()]
+    rng = torch.get_rng_state()
+    peak = 0
+    try:
+        for k in range(max(0, warmup) + max(1, steps)):
+            prepare_grads(module)
+            sync(device)
+            with AllocatorMeter(device) as meter:
+                step().backward()
+                sync(device)
+            if k >= warmup:
+                peak = max(peak, meter.peak_bytes)
+    finally:
+        with torch.no_grad():
+            for b, saved in buffers:
+                b.copy_(saved)
+        torch.set_rng_state(rng)
+    return peak
+
+
 def plain_step_peak(
     module: torch.nn.Module,
     step: Callable[[], torch.Tensor],
@@ -180,28 +213,9 @@ def plain_step_peak(
     warmup: int = 1,
 ) -> int:
     """The allocator's peak of the plain training step ``step().backward()`` (the user's model and
-    loss, no remat), in the accounting of :func:`measure_steps`: bytes above what was allocated
-    before the step, plus the chain input a[0] (``first_input``); ``module``'s parameter gradients
-    are pre-allocated and zeroed outside the meter. The largest of ``steps`` steps after ``warmup``;
-    ``module``'s buffers (BatchNorm statistics) and the RNG are restored afterwards. Bytes."""
-    with untracked(), torch.no_grad():
-        buffers = [(b, b.detach().clone()) for b in module.buffers()]
-    rng = torch.get_rng_state()
-    peak = 0
-    try:
-        for k in range(max(0, warmup) + max(1, steps)):
-            prepare_grads(module)
-            sync(first_input.device)
-            with AllocatorMeter(first_input.device) as meter:
-                step().backward()
-                sync(first_input.device)
-            if k >= warmup:
-                peak = max(peak, meter.peak_bytes)
-    finally:
-        with torch.no_grad():
-            for b, saved in buffers:
-                b.copy_(saved)
-        torch.set_rng_state(rng)
+    loss, no remat), in the accounting of :func:`measure_steps`: :func:`step_allocator_peak` plus
+    the chain input a[0] (``first_input``). Bytes."""
+    peak = step_allocator_peak(module, step, first_input.device, steps=steps, warmup=warmup)
     return peak + allocation_size(first_input.untyped_storage().nbytes(), first_input.device)
 
 
