@@ -43,11 +43,11 @@ from remat.executor.replay import RematChain  # noqa: E402
 from remat.executor.zoo.preact_resnet import PreActResNet, blocks_for_depth, preact_resnet  # noqa: E402
 from remat.schedules import ChainProfile, Schedule, load_profile, save_profile, write_json  # noqa: E402
 from remat.solver import solve  # noqa: E402
+from remat.solver.chain.optimal import optimal_front, pareto_filter, plan, table_for  # noqa: E402
+from remat.solver.chain.pareto import chain_checkpoints  # noqa: E402
+from remat.solver.chain.store_all import store_all_peak  # noqa: E402
 from remat.solver.common import make_schedule  # noqa: E402
 from remat.solver.front import FrontPoint  # noqa: E402
-from remat.solver.optimal import optimal_front, pareto_filter, plan, table_for  # noqa: E402
-from remat.solver.pareto import chain_checkpoints  # noqa: E402
-from remat.solver.store_all import store_all_peak  # noqa: E402
 
 PROFILE_PATH = ROOT / "examples" / "preact_resnet1001_b32.json"
 RESULTS_PATH = ROOT / "benchmarks" / "results" / "chen2016.json"

@@ -31,8 +31,8 @@ import remat
 from remat.executor.hub import build_library_model
 from remat.executor.proof import cut_model
 from remat.schedules import RematError
-from remat.solver.optimal import minimum_budget
-from remat.solver.store_all import store_all_peak
+from remat.solver.chain.optimal import minimum_budget
+from remat.solver.chain.store_all import store_all_peak
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cut_models.json"
 SEQ = 128

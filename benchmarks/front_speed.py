@@ -7,8 +7,8 @@ runs, in the same run and each in its own subprocess:
 * ``pareto``: ``python -m remat pareto chain.json -o front.png --csv front.csv`` with the default
   strategies (every chain strategy), end to end: start-up, numba's cached code, the multi-scale DP
   front, every baseline's sweep, the CSV and the PNG;
-* ``front``: :func:`remat.solver.optimal.optimal_front` alone (after loading the compiled kernel);
-* ``phases``: :func:`remat.solver.pareto.chain_front`'s parts timed one by one in one process
+* ``front``: :func:`remat.solver.chain.optimal.optimal_front` alone (after loading the compiled kernel);
+* ``phases``: :func:`remat.solver.chain.pareto.chain_front`'s parts timed one by one in one process
   (the DP front, then each baseline's sweep), to show where the time goes.
 
 From the CSV it checks the acceptance items: the front's least memory is at most every
@@ -66,9 +66,9 @@ def _timed(command: list[str]) -> tuple[float, float, str]:
 
 def part_front(path: str) -> dict:
     from remat.schedules import load_profile
-    from remat.solver.optimal import optimal_front
-    from remat.solver.optimal_table import build_table
-    from remat.solver.store_all import store_all_peak
+    from remat.solver.chain.optimal import optimal_front
+    from remat.solver.chain.optimal_table import build_table
+    from remat.solver.chain.store_all import store_all_peak
 
     profile = load_profile(path)
     build_table(profile, max(1, store_all_peak(profile)), 2)  # load the compiled kernel first
@@ -80,9 +80,9 @@ def part_front(path: str) -> dict:
 def part_phases(path: str) -> dict:
     from remat.schedules import load_profile
     from remat.solver import strategy_names
-    from remat.solver.optimal import optimal_front
-    from remat.solver.pareto import budget_sweep, sweep_strategy
-    from remat.solver.store_all import store_all_peak
+    from remat.solver.chain.optimal import optimal_front
+    from remat.solver.chain.pareto import budget_sweep, sweep_strategy
+    from remat.solver.chain.store_all import store_all_peak
 
     profile = load_profile(path)
     phases = {}
@@ -143,7 +143,7 @@ def lstm_resolution() -> dict:
     alone (what ``solve`` returned before it also used the budget's own table)."""
     import lstm_chen2016 as lstm
 
-    from remat.solver.optimal import DEFAULT_SLOTS, optimal_front
+    from remat.solver.chain.optimal import DEFAULT_SLOTS, optimal_front
 
     chain = lstm.chain_of(lstm.stage_profile(4), 250)
     level = lstm.resolve(None, chain)

@@ -28,9 +28,9 @@ import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script 
 
 from remat.schedules import InfeasibleBudgetError, RematError, load_profile  # noqa: E402
 from remat.solver import solve  # noqa: E402
-from remat.solver.checkmate_model import solve_model  # noqa: E402
-from remat.solver.graph_baselines import best_baseline_plan, store_all_plan  # noqa: E402
-from remat.solver.graph_stages import memory_lower_bound, plan_peak  # noqa: E402
+from remat.solver.graph.baselines import best_baseline_plan, store_all_plan  # noqa: E402
+from remat.solver.graph.checkmate_model import solve_model  # noqa: E402
+from remat.solver.graph.stages import memory_lower_bound, plan_peak  # noqa: E402
 
 
 def machine() -> dict:

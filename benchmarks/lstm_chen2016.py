@@ -183,7 +183,7 @@ def front_at(step: ChainProfile, block: ChainProfile, steps: int, levels: dict) 
 DP_PROBE = """
 import json, resource, sys, time
 from remat.schedules import ChainProfile, Stage
-from remat.solver.optimal import optimal_front
+from remat.solver.chain.optimal import optimal_front
 stage = Stage(**json.loads(sys.argv[2]))
 profile = ChainProfile("lstm", int(sys.argv[3]), (stage,) * int(sys.argv[1]))
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

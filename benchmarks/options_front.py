@@ -38,8 +38,8 @@ from remat.executor.replay import RematChain
 from remat.executor.zoo.gpt2 import GPT2
 from remat.schedules import InfeasibleBudgetError, format_size
 from remat.solver import solve
-from remat.solver.optimal import optimal_front
-from remat.solver.store_all import store_all_peak
+from remat.solver.chain.optimal import optimal_front
+from remat.solver.chain.store_all import store_all_peak
 
 RESULTS = Path(__file__).parent / "results" / "options_front.json"
 

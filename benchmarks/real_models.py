@@ -41,8 +41,8 @@ import remat
 from remat.executor.hub import build_library_model
 from remat.executor.measure import prepare_grads, step_allocator_peak
 from remat.schedules import RematError
-from remat.solver.optimal import minimum_budget
-from remat.solver.store_all import store_all_peak
+from remat.solver.chain.optimal import minimum_budget
+from remat.solver.chain.store_all import store_all_peak
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"

@@ -31,7 +31,7 @@ import remat
 from remat.executor.hub import build_library_model
 from remat.executor.measure import plain_step_peak
 from remat.schedules import RematError
-from remat.solver.optimal import minimum_budget
+from remat.solver.chain.optimal import minimum_budget
 
 RESULTS = Path(__file__).resolve().parent / "results" / "store_all_vs_plain.json"
 MIB = 2**20

@@ -28,8 +28,8 @@ import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script 
 from remat.cli import reference_peak  # noqa: E402
 from remat.schedules import RematError, load_profile  # noqa: E402
 from remat.solver import solve  # noqa: E402
-from remat.solver.chain_to_graph import chain_to_graph  # noqa: E402
 from remat.solver.deadline import Deadline  # noqa: E402
+from remat.solver.graph.chain_to_graph import chain_to_graph  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "time_limits.json"
 

@@ -66,8 +66,8 @@ class RematModel(nn.Module):
 
     def with_budget(self, budget: int | float | str, strategy: str | None = None) -> RematModel:
         """The same model, profile and example, solved again for another ``budget`` (no re-profiling)."""
+        from remat.solver.chain.store_all import store_all_peak
         from remat.solver.registry import solve
-        from remat.solver.store_all import store_all_peak
 
         bytes_ = resolve_budget(budget, store_all_peak(self.profile))
         schedule = solve(self.profile, bytes_, strategy or self.schedule.strategy)
@@ -121,8 +121,8 @@ def checkpoint(
     """
     from remat.executor.profiler import profile_chain
     from remat.executor.proof import cut_model
+    from remat.solver.chain.store_all import store_all_peak
     from remat.solver.registry import solve
-    from remat.solver.store_all import store_all_peak
 
     if not isinstance(model, nn.Module):
         raise RematError(f"model: expected a torch.nn.Module, got {type(model).__name__}")

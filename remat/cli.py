@@ -192,7 +192,7 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
     else:
         strategies = strategy_names(kind)
     if kind == "chain":
-        from remat.solver.pareto import chain_front
+        from remat.solver.chain.pareto import chain_front
 
         front = chain_front(profile, strategies, slots=args.slots or 500, points=args.points, progress=True)
         points = list(front.points)
@@ -201,10 +201,10 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
         store_all_ms = front.store_all_ms
     else:
         try:
-            from remat.solver.graph_pareto import graph_front
+            from remat.solver.graph.pareto import graph_front
         except ImportError as error:
             raise RematError(
-                "pareto for graph profiles needs remat.solver.graph_pareto, which is not in this build"
+                "pareto for graph profiles needs remat.solver.graph.pareto, which is not in this build"
             ) from error
 
         front = graph_front(
@@ -225,7 +225,7 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
     if not points:
         first = f": {failed[0].strategy} at {format_size(failed[0].budget)}: {failed[0].message}" if failed else ""
         raise RematError(f"no strategy produced a schedule for this profile{first}")
-    from remat.solver.pareto import overhead_percent, write_front_csv, write_front_json
+    from remat.solver.chain.pareto import overhead_percent, write_front_csv, write_front_json
 
     print(f"{'strategy':<14} {'points':>6}  {'least memory':>14}  {'its step time':>16}")
     for name, group in by_strategy.items():

@@ -12,7 +12,7 @@ import math
 
 from remat.cli_args import output_file, plot_file
 from remat.schedules import RematError, format_size, parse_size, save_profile, save_schedule
-from remat.solver.plan import (
+from remat.solver.chain.plan import (
     ADAM_COPIES,
     PLAN_STRATEGIES,
     Fit,

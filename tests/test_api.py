@@ -9,7 +9,7 @@ from torch import nn
 import remat
 from remat.api import resolve_budget
 from remat.schedules import RematError
-from remat.solver.store_all import store_all_peak
+from remat.solver.chain.store_all import store_all_peak
 
 
 class TokenModel(nn.Module):

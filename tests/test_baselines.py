@@ -13,11 +13,11 @@ from conftest import three_stage_chain, uniform_chain
 
 from remat.schedules import InfeasibleBudgetError, RematError, check_schedule, simulate
 from remat.solver import solve
-from remat.solver.chen_greedy import candidate_thresholds, greedy_starts
-from remat.solver.chen_sqrt import sqrt_segment_starts
-from remat.solver.recompute_all import recompute_all_ops
-from remat.solver.segments import segment_ops
-from remat.solver.sequential import torch_segment_starts
+from remat.solver.chain.chen_greedy import candidate_thresholds, greedy_starts
+from remat.solver.chain.chen_sqrt import sqrt_segment_starts
+from remat.solver.chain.recompute_all import recompute_all_ops
+from remat.solver.chain.segments import segment_ops
+from remat.solver.chain.sequential import torch_segment_starts
 
 
 def test_segment_ops_by_hand():

@@ -1,6 +1,6 @@
 """Chains as graphs: the graph ILP on ``chain_to_graph(chain)`` against the chain models.
 
-Mapping (see :mod:`remat.solver.chain_to_graph`): F{i} = recorded forward (saved_size bytes),
+Mapping (see :mod:`remat.solver.graph.chain_to_graph`): F{i} = recorded forward (saved_size bytes),
 loss_grad = g_n, B{i} = backward (|g_i| bytes), transients as zero-cost nodes read by their op;
 the input a_0 is a constant (chain peak = graph peak + input_size). The models coincide op for
 op when saved_size == output_size (F_ck and F_all then hold the same bytes), so the random
@@ -44,9 +44,9 @@ import pytest
 from remat.schedules import ChainProfile, Stage, simulate
 from remat.schedules.simulator import check_schedule
 from remat.solver import solve, strategy_names
-from remat.solver.chain_to_graph import chain_ops_to_graph_ops, chain_to_graph
-from remat.solver.graph_stages import memory_lower_bound, plan_from_ops
-from remat.solver.store_all import store_all_ops
+from remat.solver.chain.store_all import store_all_ops
+from remat.solver.graph.chain_to_graph import chain_ops_to_graph_ops, chain_to_graph
+from remat.solver.graph.stages import memory_lower_bound, plan_from_ops
 
 
 def random_chain(n: int, seed: int, overheads: bool = False) -> ChainProfile:

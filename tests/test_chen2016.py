@@ -17,8 +17,8 @@ from remat.executor.replay import RematChain
 from remat.executor.zoo.preact_resnet import PreActResNet, blocks_for_depth, preact_resnet
 from remat.schedules import simulate
 from remat.solver import solve
-from remat.solver.optimal import minimum_budget
-from remat.solver.store_all import store_all_peak
+from remat.solver.chain.optimal import minimum_budget
+from remat.solver.chain.store_all import store_all_peak
 
 SIZE_FIELDS = ("output_size", "saved_size", "forward_overhead", "backward_overhead", "param_size")
 TRANSIENT_FIELDS = ("forward_overhead", "forward_nograd_overhead", "backward_overhead")

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from remat.schedules import ChainProfile, InfeasibleBudgetError, Stage
 from remat.solver import solve, strategy_names
-from remat.solver.store_all import store_all_peak
+from remat.solver.chain.store_all import store_all_peak
 
 
 @st.composite

@@ -26,7 +26,7 @@ import pytest
 
 from remat.schedules import ChainProfile, InfeasibleBudgetError, Stage, simulate
 from remat.solver import solve
-from remat.solver.store_all import store_all_peak
+from remat.solver.chain.store_all import store_all_peak
 
 
 @dataclass(frozen=True)

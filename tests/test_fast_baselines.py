@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from remat.schedules import ChainProfile, InfeasibleBudgetError
 from remat.solver import solve, strategy_names
-from remat.solver.chen_greedy import candidate_thresholds, greedy_starts
-from remat.solver.pareto import budget_sweep, chain_checkpoints, sweep_strategy
-from remat.solver.segments import segment_arrays, segment_costs, simulate_segments
-from remat.solver.store_all import store_all_peak
+from remat.solver.chain.chen_greedy import candidate_thresholds, greedy_starts
+from remat.solver.chain.pareto import budget_sweep, chain_checkpoints, sweep_strategy
+from remat.solver.chain.segments import segment_arrays, segment_costs, simulate_segments
+from remat.solver.chain.store_all import store_all_peak
 
 sizes = st.one_of(st.just(0), st.integers(1, 1000), st.integers(10**6, 10**9), st.just(2**66))
 times = st.floats(0.0, 100.0, allow_nan=False, allow_infinity=False)
@@ -92,7 +92,7 @@ def test_revolve_ops_need_no_recursion():
     """Slot counts in the thousands (a 1000-stage sweep tries c up to 999) under a low recursion limit."""
     import sys
 
-    from remat.solver.revolve import forward_steps, revolve_ops
+    from remat.solver.chain.revolve import forward_steps, revolve_ops
 
     old = sys.getrecursionlimit()
     sys.setrecursionlimit(200)

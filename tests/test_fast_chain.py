@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from remat.schedules import ChainProfile, ScheduleError, Stage, fast_chain, simulate
 from remat.schedules.simulator import _simulate_chain_reference
-from remat.solver.recompute_all import recompute_all_ops
-from remat.solver.revolve import revolve_ops
-from remat.solver.segments import segment_ops
-from remat.solver.store_all import store_all_ops
+from remat.solver.chain.recompute_all import recompute_all_ops
+from remat.solver.chain.revolve import revolve_ops
+from remat.solver.chain.segments import segment_ops
+from remat.solver.chain.store_all import store_all_ops
 
 sizes = st.one_of(st.just(0), st.integers(1, 1000), st.integers(10**6, 10**12))
 times = st.one_of(st.just(0.0), st.floats(0.001, 1e6, allow_nan=False, allow_infinity=False))

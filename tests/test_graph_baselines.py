@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from remat.schedules import ChainProfile, GraphNode, GraphProfile, InfeasibleBudgetError, Stage, simulate
 from remat.schedules.simulator import check_schedule
 from remat.solver import get_strategy, solve
-from remat.solver.chain_to_graph import chain_to_graph
-from remat.solver.graph_baselines import checkpoint_plan, forward_articulation_points, sqrt_checkpoints
-from remat.solver.graph_stages import plan_ops, plan_peak
+from remat.solver.graph.baselines import checkpoint_plan, forward_articulation_points, sqrt_checkpoints
+from remat.solver.graph.chain_to_graph import chain_to_graph
+from remat.solver.graph.stages import plan_ops, plan_peak
 from tests._graph_bruteforce import frontier_optimum, random_graph
 
 
@@ -128,7 +128,7 @@ def test_graph_strategies_registered_and_reject_chains():
         assert get_strategy(name, "graph").kind == "graph"
     chain = ChainProfile("c", 8, (Stage("s", 1.0, 1.0, 8, 8),))
     from remat.schedules import ProfileError
-    from remat.solver.graph_baselines import solve_chen_sqrt
+    from remat.solver.graph.baselines import solve_chen_sqrt
 
     with pytest.raises(ProfileError):
         solve_chen_sqrt(chain, 100)

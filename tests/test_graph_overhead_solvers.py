@@ -12,7 +12,7 @@ import random
 import pytest
 
 from remat.schedules import GraphNode, GraphProfile, InfeasibleBudgetError, simulate
-from remat.solver.graph_stages import memory_lower_bound, plan_from_s, plan_ops
+from remat.solver.graph.stages import memory_lower_bound, plan_from_s, plan_ops
 from remat.solver.registry import solve
 from tests._graph_bruteforce import frontier_optimum, random_graph
 

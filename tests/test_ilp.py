@@ -14,10 +14,10 @@ from remat.cli import main
 from remat.schedules import ChainProfile, GraphNode, GraphProfile, InfeasibleBudgetError, Stage, simulate
 from remat.schedules.simulator import check_schedule
 from remat.solver import solve
-from remat.solver.chain_to_graph import chain_to_graph
-from remat.solver.checkmate_model import solve_model
-from remat.solver.graph_baselines import best_baseline_plan, store_all_plan
-from remat.solver.graph_stages import memory_lower_bound, plan_from_s, plan_memory, plan_ops, plan_peak
+from remat.solver.graph.baselines import best_baseline_plan, store_all_plan
+from remat.solver.graph.chain_to_graph import chain_to_graph
+from remat.solver.graph.checkmate_model import solve_model
+from remat.solver.graph.stages import memory_lower_bound, plan_from_s, plan_memory, plan_ops, plan_peak
 from tests._graph_bruteforce import frontier_optimum, general_optimum, random_graph
 
 

@@ -7,10 +7,10 @@ import pytest
 from remat.schedules import ChainProfile, InfeasibleBudgetError, Stage
 from remat.schedules.simulator import check_schedule
 from remat.solver import solve
-from remat.solver.chain_to_graph import chain_to_graph
-from remat.solver.graph_baselines import store_all_plan
-from remat.solver.graph_pareto import default_budgets, graph_front
-from remat.solver.graph_stages import memory_lower_bound, plan_peak
+from remat.solver.graph.baselines import store_all_plan
+from remat.solver.graph.chain_to_graph import chain_to_graph
+from remat.solver.graph.pareto import default_budgets, graph_front
+from remat.solver.graph.stages import memory_lower_bound, plan_peak
 from tests._graph_bruteforce import frontier_optimum, random_graph
 
 

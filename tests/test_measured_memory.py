@@ -21,8 +21,8 @@ from remat.executor.zoo import small
 from remat.executor.zoo.resnet18 import resnet18
 from remat.schedules import RematError, load_profile, save_profile, simulate
 from remat.solver import solve
+from remat.solver.chain.store_all import store_all_peak
 from remat.solver.common import make_schedule
-from remat.solver.store_all import store_all_peak
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,8 @@ import pytest
 from remat.schedules import ChainProfile, ProfileError, Stage, load_profile, simulate
 from remat.schedules.schema import schema_errors
 from remat.solver import solve
-from remat.solver.optimal import minimum_budget, optimal_front
-from remat.solver.store_all import store_all_peak
+from remat.solver.chain.optimal import minimum_budget, optimal_front
+from remat.solver.chain.store_all import store_all_peak
 
 
 def _raw(nograd: int | None = None) -> dict:

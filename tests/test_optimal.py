@@ -15,8 +15,8 @@ import pytest
 
 from remat.schedules import ChainProfile, InfeasibleBudgetError, RematError, Stage, check_schedule, simulate
 from remat.solver import solve, strategy_names
-from remat.solver.optimal import minimum_budget, optimal_front, plan, table_for
-from remat.solver.store_all import store_all_peak
+from remat.solver.chain.optimal import minimum_budget, optimal_front, plan, table_for
+from remat.solver.chain.store_all import store_all_peak
 
 
 def hetero_chain(n: int, seed: int) -> ChainProfile:

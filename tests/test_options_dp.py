@@ -1,4 +1,4 @@
-"""The multi-option chain DP (remat.solver.optimal_options) against the single-option DP, a brute
+"""The multi-option chain DP (remat.solver.chain.optimal_options) against the single-option DP, a brute
 force over every persistent schedule, and the simulator; `remat solve`/`remat pareto` on it."""
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from remat.schedules import (
     save_profile,
     simulate,
 )
-from remat.solver import optimal
-from remat.solver.optimal_options import build_options_table, read_plan
-from remat.solver.optimal_table import build_table
-from remat.solver.store_all import store_all_peak
+from remat.solver.chain import optimal
+from remat.solver.chain.optimal_options import build_options_table, read_plan
+from remat.solver.chain.optimal_table import build_table
+from remat.solver.chain.store_all import store_all_peak
 
 
 @st.composite

@@ -20,8 +20,8 @@ from remat.executor.replay import RematChain
 from remat.executor.zoo.gpt2 import GPT2
 from remat.schedules import ChainProfile, RematError, ScheduleError, StageOption, load_profile
 from remat.solver import solve
+from remat.solver.chain.store_all import store_all_peak
 from remat.solver.common import make_schedule
-from remat.solver.store_all import store_all_peak
 
 
 def _gpt(dropout: float = 0.0) -> nn.Module:

@@ -1,5 +1,5 @@
 """``remat pareto``: plot, CSV and JSON of the front; one-line errors; graph profiles dispatch to
-``remat.solver.graph_pareto.graph_front``."""
+``remat.solver.graph.pareto.graph_front``."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import pytest
 from remat.cli import main
 from remat.schedules import ChainProfile, GraphNode, GraphProfile, Stage, save_profile, simulate
 from remat.solver import solve
+from remat.solver.chain.pareto import budget_sweep, chain_checkpoints
+from remat.solver.chain.store_all import store_all_peak
 from remat.solver.front import FrontPoint
-from remat.solver.graph_pareto import FailedPoint, GraphFront
-from remat.solver.pareto import budget_sweep, chain_checkpoints
-from remat.solver.store_all import store_all_peak
+from remat.solver.graph.pareto import FailedPoint, GraphFront
 
 
 def chain(n: int = 14) -> ChainProfile:
@@ -106,9 +106,9 @@ def test_graph_profiles_dispatch_to_graph_front(tmp_path, monkeypatch, capsys):
         notes = (("fake-ilp", 20, "the 3.5 s time limit ran out"),)
         return GraphFront(points, (FailedPoint("fake-ilp", 5, "cannot fit 5 bytes"),), notes)
 
-    module = types.ModuleType("remat.solver.graph_pareto")
+    module = types.ModuleType("remat.solver.graph.pareto")
     module.graph_front = graph_front
-    monkeypatch.setitem(sys.modules, "remat.solver.graph_pareto", module)
+    monkeypatch.setitem(sys.modules, "remat.solver.graph.pareto", module)
     graph = GraphProfile(
         name="g",
         nodes=(GraphNode("x", 1.0, 4), GraphNode("y", 1.0, 4), GraphNode("dy", 2.0, 4, True)),

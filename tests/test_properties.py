@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from remat.schedules import ChainProfile, InfeasibleBudgetError, Stage, check_schedule, simulate
 from remat.solver import solve, strategy_names
-from remat.solver.store_all import store_all_peak
+from remat.solver.chain.store_all import store_all_peak
 
 # These strategies state their exact minimum (optimal: over persistent schedules): one byte less must fail.
 EXACT_MINIMUM = {"store-all", "recompute-all", "sequential", "chen-sqrt", "chen-greedy", "revolve", "optimal"}

@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import ROOT
 
-from remat.solver.store_all import store_all_peak
+from remat.solver.chain.store_all import store_all_peak
 
 SECTION = "### Any model in one call"
 

@@ -20,8 +20,8 @@ from remat.executor.compat import import_torchvision
 from remat.executor.hub import build_library_model, parse_config
 from remat.executor.proof import cut_model
 from remat.schedules import RematError
-from remat.solver.optimal import minimum_budget
-from remat.solver.store_all import store_all_peak
+from remat.solver.chain.optimal import minimum_budget
+from remat.solver.chain.store_all import store_all_peak
 
 try:  # first: timm and transformers import torchvision (remat/executor/compat.py)
     torchvision = import_torchvision()

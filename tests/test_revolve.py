@@ -1,4 +1,4 @@
-"""revolve against Griewank's closed form, computed here independently of remat.solver.revolve.
+"""revolve against Griewank's closed form, computed here independently of remat.solver.chain.revolve.
 
 Mapping onto our ops. In Griewank's setting a chain of l steps is reversed with c checkpoints
 (the state before step 1, our a[0], occupies one of them). Each step is reversed by an "adjoint
@@ -30,7 +30,7 @@ from conftest import three_stage_chain, uniform_chain
 
 from remat.schedules import InfeasibleBudgetError, simulate
 from remat.solver import solve
-from remat.solver.revolve import revolve_ops
+from remat.solver.chain.revolve import revolve_ops
 
 
 def closed_form(length: int, slots: int) -> int:

@@ -18,7 +18,7 @@ from remat.executor.compat import import_torchvision
 from remat.executor.fuse import unsaved_handoffs
 from remat.executor.hub import build_library_model
 from remat.executor.measure import plain_step_peak
-from remat.solver.optimal import minimum_budget
+from remat.solver.chain.optimal import minimum_budget
 
 try:  # first: transformers imports torchvision (remat/executor/compat.py)
     torchvision = import_torchvision()

@@ -12,14 +12,14 @@ import pytest
 from conftest import EXAMPLES
 from test_chain_as_graph import random_chain
 
-import remat.solver.ilp as ilp
+import remat.solver.graph.ilp as ilp
 from remat.cli import reference_peak
 from remat.schedules import RematError, load_profile
 from remat.solver import solve
-from remat.solver.chain_to_graph import chain_to_graph
-from remat.solver.checkmate_model import solve_model, solve_relaxation
 from remat.solver.deadline import MARGIN_FRACTION, MARGIN_SECONDS, Deadline, TimeUp
-from remat.solver.lp_rounding import Rounded
+from remat.solver.graph.chain_to_graph import chain_to_graph
+from remat.solver.graph.checkmate_model import solve_model, solve_relaxation
+from remat.solver.graph.lp_rounding import Rounded
 
 
 class FakeClock:
@@ -119,7 +119,7 @@ def test_time_limit_must_be_finite_and_positive():
 
 
 def test_lp_rounding_that_ran_out_before_any_rounding_says_so(monkeypatch):
-    import remat.solver.lp_rounding as lp
+    import remat.solver.graph.lp_rounding as lp
 
     def out_of_time(profile, budget, deadline):
         return Rounded("optimal", 1.0, None, "", None, 1.0, "rounding")

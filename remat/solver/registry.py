@@ -8,12 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from remat.schedules import ChainProfile, GraphProfile, RematError, Schedule
-from remat.solver import (
+from remat.solver.chain import (
     chen_greedy,
     chen_sqrt,
-    graph_baselines,
-    ilp,
-    lp_rounding,
     optimal,
     recompute_all,
     revolve,
@@ -21,6 +18,8 @@ from remat.solver import (
     store_all,
 )
 from remat.solver.common import Strategy
+from remat.solver.graph import baselines as graph_baselines
+from remat.solver.graph import ilp, lp_rounding
 
 _ALL: tuple[Strategy, ...] = (
     store_all.STRATEGY,

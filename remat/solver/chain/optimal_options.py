@@ -1,11 +1,11 @@
 """The ``optimal`` chain DP when stages have several recording options (docs/model.md).
 
-:mod:`remat.solver.optimal` dispatches here for a profile with :attr:`Stage.options`; a profile
+:mod:`remat.solver.chain.optimal` dispatches here for a profile with :attr:`Stage.options`; a profile
 without them never reaches this module. The claim is the same as the single-option DP's:
 **optimal among persistent schedules, up to the memory discretization**, now over every choice of
 option for every recording forward.
 
-Derivation. The single-option recurrence (:mod:`remat.solver.optimal_table`, same notation:
+Derivation. The single-option recurrence (:mod:`remat.solver.chain.optimal_table`, same notation:
 ``C(s, t, m)`` the least time of segment ``[s, t)`` with ``m`` bytes free, ``g'_t = a_t`` for
 ``t < n`` and 0 for ``t = n``) starts a segment in one of two ways. Options change only the
 first: the op that records stage s may be any ``F_all s o``, and the ``B s`` that consumes
@@ -34,7 +34,7 @@ With one option per stage the recurrence *is* the single-option one (the tests c
 tables); the rounding to slots is the same (requirements rounded up once per op, subtractions up,
 the one addition down), so every schedule fits its real budget.
 
-The table is dense (every segment at every level, float64, :mod:`remat.solver.optimal_options_kernel`):
+The table is dense (every segment at every level, float64, :mod:`remat.solver.chain.optimal_options_kernel`):
 fine for the block-level chains options are for (tens of stages); the slots are lowered so that
 it stays within :data:`MAX_CELLS` cells. The front merges tables at several memory scales (as the
 single-option DP does) with the single-option DP's own front (every single-option schedule is a
@@ -54,11 +54,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from remat.schedules import ChainProfile, InfeasibleBudgetError, Op, Schedule
+from remat.solver.chain.optimal_options_kernel import INFEASIBLE, RECORD, STORE_ALL, fill_options
+from remat.solver.chain.optimal_table import chain_sizes, check_limits, slot_size
+from remat.solver.chain.store_all import store_all_peak
 from remat.solver.common import make_schedule
 from remat.solver.front import FrontPoint
-from remat.solver.optimal_options_kernel import INFEASIBLE, RECORD, STORE_ALL, fill_options
-from remat.solver.optimal_table import chain_sizes, check_limits, slot_size
-from remat.solver.store_all import store_all_peak
 
 NAME = "optimal"
 MAX_CELLS = 12_000_000  # (n+1)**2 * (levels+1) cells of 12 bytes while filling: ~150 MB at most
@@ -288,7 +288,7 @@ def _scales(profile: ChainProfile, minimum_free: int) -> list[int]:
 
 
 def _build_front(profile: ChainProfile, slots: int) -> _Front:
-    from remat.solver import optimal
+    from remat.solver.chain import optimal
 
     plain = profile.without_options()
     base = profile.store_all_compute_ms
@@ -323,7 +323,7 @@ def _build_front(profile: ChainProfile, slots: int) -> _Front:
 
 
 def _checkpoints(ops: tuple[Op, ...]) -> int:
-    from remat.solver.pareto import chain_checkpoints
+    from remat.solver.chain.pareto import chain_checkpoints
 
     return chain_checkpoints(ops)
 
@@ -349,7 +349,7 @@ def least_budget(profile: ChainProfile, slots: int) -> int:
 
 def solve_options(profile: ChainProfile, budget: int, slots: int) -> Schedule:
     """The fastest front schedule within ``budget`` bytes (monotone in the budget)."""
-    from remat.solver import optimal
+    from remat.solver.chain import optimal
 
     if budget >= store_all_peak(profile):
         return optimal._store_all_schedule(profile, budget)
@@ -381,7 +381,7 @@ def solve_options(profile: ChainProfile, budget: int, slots: int) -> Schedule:
 
 def _single_option_solve(profile: ChainProfile, budget: int, slots: int) -> Schedule | None:
     """The single-option DP's schedule at ``budget`` (options dropped), or None when it has none."""
-    from remat.solver import optimal
+    from remat.solver.chain import optimal
 
     try:
         return optimal.solve(profile.without_options(), budget, slots=slots)

@@ -7,19 +7,19 @@ sizes 2, 2, 2, 4). The first k-1 segments run under ``checkpoint``: their input 
 forward runs without recording (``F_ck`` on the first stage, ``F_n`` on the rest), and in the
 backward each is rerun recorded from its stored input and backpropagated at once. The last
 segment runs normally, i.e. recorded (``F_all``). The op list is built by
-:func:`remat.solver.segments.segment_ops`. torch requires ``1 <= k <= n`` (k = 1 is plain
+:func:`remat.solver.chain.segments.segment_ops`. torch requires ``1 <= k <= n`` (k = 1 is plain
 store-all).
 
 With ``segments=k`` the strategy uses that k; with only a budget it costs every k in 1..n
-(closed form, :func:`remat.solver.segments.segment_costs`, once per profile) and returns the
+(closed form, :func:`remat.solver.chain.segments.segment_costs`, once per profile) and returns the
 fastest that fits (ties: lower peak, then fewer segments). When nothing fits, the error states
 the smallest peak over the k it was allowed to use."""
 
 from __future__ import annotations
 
 from remat.schedules import ChainProfile, InfeasibleBudgetError, RematError, Schedule
+from remat.solver.chain.segments import Candidate, best_segmentation, evaluate, pick, segment_ops
 from remat.solver.common import ProfileCache, Strategy, make_schedule, require_chain
-from remat.solver.segments import Candidate, best_segmentation, evaluate, pick, segment_ops
 
 NAME = "sequential"
 

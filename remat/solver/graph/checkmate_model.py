@@ -25,7 +25,7 @@ Constraints:
 
 This U is *exactly* the simulator's memory right after each compute (the simulator measures
 its peak there, including everything held, plus the node's overhead; frees happen after): see
-:mod:`graph_stages`, whose ``plan_memory`` is the same recursion in Python; every decoded
+:mod:`remat.solver.graph.stages`, whose ``plan_memory`` is the same recursion in Python; every decoded
 schedule is checked by ``make_schedule`` to have simulator peak == max (U + O R) and simulator
 time == objective.
 
@@ -78,7 +78,7 @@ from typing import Any
 
 from remat.schedules import GraphProfile
 from remat.solver.deadline import Deadline, TimeUp, as_deadline
-from remat.solver.graph_stages import StagePlan, free_points, plan_peak
+from remat.solver.graph.stages import StagePlan, free_points, plan_peak
 
 # See the measurement in the module docstring.
 BACKEND_CHOICE = "cp-sat"

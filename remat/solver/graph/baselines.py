@@ -25,7 +25,7 @@ import math
 from remat.schedules import GraphProfile, InfeasibleBudgetError, Schedule
 from remat.solver.common import Strategy, make_schedule, require_graph
 from remat.solver.deadline import Deadline
-from remat.solver.graph_stages import StagePlan, plan_from_policy, plan_ops, plan_peak
+from remat.solver.graph.stages import StagePlan, plan_from_policy, plan_ops, plan_peak
 
 REFERENCE = "Chen et al. 2016, applied to DAGs via articulation points as in Jain et al. 2020 (Checkmate)"
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from remat.schedules import ChainProfile, InfeasibleBudgetError, Op, RematError, write_json
+from remat.solver.chain.store_all import store_all_peak
 from remat.solver.front import FrontPoint
-from remat.solver.store_all import store_all_peak
 
 FRONT_FORMAT = "remat-front-v1"
 CSV_FIELDS = (
@@ -148,7 +148,7 @@ def chain_front(
     """The DP's front (if ``optimal`` is among ``strategies``) and every other strategy solved at
     ``points`` budgets between the smallest peak any front reaches and the store-all peak."""
     from remat.solver import strategy_names
-    from remat.solver.optimal import minimum_budget, optimal_front
+    from remat.solver.chain.optimal import minimum_budget, optimal_front
 
     known = strategy_names("chain")
     for name in strategies:

@@ -2,7 +2,7 @@
 
 This is the persistent-schedule dynamic program of Beaumont et al. (rotor, "Optimal
 checkpointing for heterogeneous chains", 2019), derived here from the op semantics of
-docs/model.md; the recurrence and its derivation are in :mod:`remat.solver.optimal_table`. What
+docs/model.md; the recurrence and its derivation are in :mod:`remat.solver.chain.optimal_table`. What
 is claimed:
 
 * **optimal among persistent schedules, up to discretization**: memory is counted in slots and
@@ -16,7 +16,7 @@ is claimed:
 * **right at both ends** (:func:`optimal_front`): tables at several scales (the store-all
   budget's free memory, an eighth of it, ... down to the minimum, each with its own slot size)
   merged with store-all and the exact least-memory persistent schedule
-  (:mod:`remat.solver.optimal_minimum`, no slots), dominated points dropped.
+  (:mod:`remat.solver.chain.optimal_minimum`, no slots), dominated points dropped.
 * :func:`minimum_budget` is exact; :func:`solve` returns the fastest of the front's point within
   the budget, the budget's own table's best and the earlier answers for the profile within the
   budget, so it is monotone in the budget (over rising budgets across calls, too), resolves a
@@ -24,7 +24,7 @@ is claimed:
   the minimum on.
 
 A profile whose stages have recording options (docs/model.md) is solved by
-:mod:`remat.solver.optimal_options` (the same claims, over every choice of options).
+:mod:`remat.solver.chain.optimal_options` (the same claims, over every choice of options).
 
 Every schedule goes through :func:`remat.solver.common.make_schedule`: the DP's claimed step time
 (from the recurrence) and peak (from the DP's own memory model, walked in bytes) must equal the
@@ -46,11 +46,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from remat.schedules import ChainProfile, InfeasibleBudgetError, Op, RematError, Schedule
+from remat.solver.chain.optimal_minimum import MinimumMemory, exact_minimum
+from remat.solver.chain.optimal_table import INFEASIBLE, STORE_ALL, Table, build_table, slot_size
+from remat.solver.chain.store_all import store_all_ops, store_all_peak
 from remat.solver.common import Strategy, make_schedule, require_chain
 from remat.solver.front import FrontPoint
-from remat.solver.optimal_minimum import MinimumMemory, exact_minimum
-from remat.solver.optimal_table import INFEASIBLE, STORE_ALL, Table, build_table, slot_size
-from remat.solver.store_all import store_all_ops, store_all_peak
 
 NAME = "optimal"
 DEFAULT_SLOTS = 500
@@ -370,8 +370,8 @@ def minimum_budget(profile: ChainProfile, slots: int = DEFAULT_SLOTS) -> int:
     callers that pass it)."""
     profile = require_chain(profile, NAME)
     _check_slots(slots)
-    if profile.has_options:  # stages with several recording options: remat.solver.optimal_options
-        from remat.solver.optimal_options import least_budget
+    if profile.has_options:  # stages with several recording options: remat.solver.chain.optimal_options
+        from remat.solver.chain.optimal_options import least_budget
 
         return least_budget(profile, slots)
     return profile.input_size + _minimum(profile).free
@@ -537,8 +537,8 @@ def solve(profile: ChainProfile, budget: int, slots: int = DEFAULT_SLOTS) -> Sch
     every budget from :func:`minimum_budget` (exact) on."""
     profile = require_chain(profile, NAME)
     _check_slots(slots)
-    if profile.has_options:  # stages with several recording options: remat.solver.optimal_options
-        from remat.solver.optimal_options import solve_options
+    if profile.has_options:  # stages with several recording options: remat.solver.chain.optimal_options
+        from remat.solver.chain.optimal_options import solve_options
 
         return solve_options(profile, budget, slots)
     if budget >= store_all_peak(profile):
@@ -572,7 +572,7 @@ def optimal_front(profile: ChainProfile, slots: int = DEFAULT_SLOTS, progress: b
     Tables at several scales: the store-all budget's free memory, then an eighth of it, and so on
     down to the exact minimum (:data:`SCALE_RATIO`), each with its own ``slots`` levels, so that
     a budget near the minimum is seen with slots as fine as one near store-all; plus the exact
-    least-memory schedule (:mod:`remat.solver.optimal_minimum`) and store-all. Each point's peak
+    least-memory schedule (:mod:`remat.solver.chain.optimal_minimum`) and store-all. Each point's peak
     and time are the DP model's (which :func:`solve` checks against the simulator for every
     schedule it returns; the tests check them for the front). Points are sorted by peak memory
     and dominated ones (another point no larger and no slower) are dropped. Its least memory is
@@ -580,8 +580,8 @@ def optimal_front(profile: ChainProfile, slots: int = DEFAULT_SLOTS, progress: b
     """
     profile = require_chain(profile, NAME)
     _check_slots(slots)
-    if profile.has_options:  # stages with several recording options: remat.solver.optimal_options
-        from remat.solver.optimal_options import options_front
+    if profile.has_options:  # stages with several recording options: remat.solver.chain.optimal_options
+        from remat.solver.chain.optimal_options import options_front
 
         return options_front(profile, slots)
     return list(_front(profile, slots, progress).points)

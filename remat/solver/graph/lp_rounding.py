@@ -1,6 +1,6 @@
 """``lp-rounding``: Checkmate's LP relaxation and two-phase rounding (Jain et al. 2020, section 5).
 
-Solve the LP relaxation of the MILP in :mod:`remat.solver.checkmate_model` (OR-Tools, HiGHS's LP solver), round
+Solve the LP relaxation of the MILP in :mod:`remat.solver.graph.checkmate_model` (OR-Tools, HiGHS's LP solver), round
 the fractional S (deterministically at a few thresholds, and randomly with S as probabilities,
 seeded), then recompute the cheapest R for each rounded S (:func:`plan_from_s`: with S fixed,
 every computation it implies is forced). The cheapest rounded schedule within the budget wins.
@@ -21,11 +21,11 @@ from dataclasses import dataclass
 
 from remat.schedules import GraphProfile, InfeasibleBudgetError, RematError, Schedule, ScheduleError
 from remat.schedules.units import format_size
-from remat.solver.checkmate_model import solve_relaxation
 from remat.solver.common import Strategy, make_schedule, require_graph
 from remat.solver.deadline import Deadline, TimeUp, as_deadline, check_time_limit
-from remat.solver.graph_baselines import store_all_plan
-from remat.solver.graph_stages import StagePlan, memory_lower_bound, plan_from_s, plan_ops, plan_peak
+from remat.solver.graph.baselines import store_all_plan
+from remat.solver.graph.checkmate_model import solve_relaxation
+from remat.solver.graph.stages import StagePlan, memory_lower_bound, plan_from_s, plan_ops, plan_peak
 
 NAME = "lp-rounding"
 THRESHOLDS = (0.5, 0.25, 0.1, 0.01, 0.75, 0.9)
@@ -50,7 +50,7 @@ def solve(profile: GraphProfile, budget: int, time_limit: float = 60.0) -> Sched
         return _finish(profile, budget, base, total, {"lp_status": "not needed (store-all fits)"}, deadline)
     result = round_relaxation(profile, budget, deadline)
     if result.status == "infeasible":
-        from remat.solver.ilp import infeasible
+        from remat.solver.graph.ilp import infeasible
 
         raise infeasible(profile, budget, NAME, deadline, 1)
     if result.value is None:

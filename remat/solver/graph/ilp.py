@@ -1,7 +1,7 @@
 """``ilp``: Checkmate's MILP (Jain et al. 2020) solved with OR-Tools CP-SAT, warm-started.
 
 Optimal among frontier-advancing schedules (stage t computes node t last, recomputations
-before it in index order; see :mod:`remat.solver.checkmate_model`), which is Checkmate's claim
+before it in index order; see :mod:`remat.solver.graph.checkmate_model`), which is Checkmate's claim
 too: with the profile's fixed topological order, not over every possible op order.
 
 The solver is warm-started with the cheaper of the best graph baseline that fits (store-all,
@@ -19,12 +19,12 @@ import os
 
 from remat.schedules import GraphProfile, InfeasibleBudgetError, RematError, Schedule
 from remat.schedules.units import format_size
-from remat.solver.checkmate_model import BACKEND_CHOICE, DEFAULT_WORKERS, minimum_peak, solve_model
 from remat.solver.common import SolverBug, Strategy, make_schedule, require_graph
 from remat.solver.deadline import Deadline, TimeUp, check_time_limit
-from remat.solver.graph_baselines import best_baseline_plan, store_all_plan
-from remat.solver.graph_stages import StagePlan, memory_lower_bound, plan_memory, plan_ops, plan_peak
-from remat.solver.lp_rounding import round_relaxation
+from remat.solver.graph.baselines import best_baseline_plan, store_all_plan
+from remat.solver.graph.checkmate_model import BACKEND_CHOICE, DEFAULT_WORKERS, minimum_peak, solve_model
+from remat.solver.graph.lp_rounding import round_relaxation
+from remat.solver.graph.stages import StagePlan, memory_lower_bound, plan_memory, plan_ops, plan_peak
 
 NAME = "ilp"
 DEFAULT_TIME_LIMIT = 60.0
@@ -38,7 +38,7 @@ BASELINE_SHARE = 0.25
 
 def default_workers() -> int:
     """CP-SAT search workers: 8 or the core count if larger (more workers than cores still helped:
-    see the measurement in :mod:`remat.solver.checkmate_model`)."""
+    see the measurement in :mod:`remat.solver.graph.checkmate_model`)."""
     return max(DEFAULT_WORKERS, os.cpu_count() or 1)
 
 

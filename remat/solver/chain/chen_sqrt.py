@@ -2,7 +2,7 @@
 
 The chain is cut into segments of ``L = round(sqrt(n))`` stages (at least 1): segment starts
 ``0, L, 2L, ...``; the boundaries are stored during the forward, everything inside a segment is
-recomputed once during the backward (:func:`remat.solver.segments.segment_ops`; the last
+recomputed once during the backward (:func:`remat.solver.chain.segments.segment_ops`; the last
 segment is recorded right away, as its backward follows). This gives O(sqrt(n)) activation memory
 on a homogeneous chain for about one extra forward pass. The cut points count stages, not
 bytes: on heterogeneous chains it ignores where activations are small (``chen-greedy`` does not).
@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 
 from remat.schedules import ChainProfile, InfeasibleBudgetError, Schedule
+from remat.solver.chain.segments import segment_arrays, segment_costs, segment_ops
 from remat.solver.common import Strategy, make_schedule, require_chain
-from remat.solver.segments import segment_arrays, segment_costs, segment_ops
 
 NAME = "chen-sqrt"
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from remat.schedules import GraphProfile, RematError
 from remat.solver.front import FrontPoint
-from remat.solver.graph_baselines import store_all_plan
-from remat.solver.graph_stages import memory_lower_bound, plan_peak
+from remat.solver.graph.baselines import store_all_plan
+from remat.solver.graph.stages import memory_lower_bound, plan_peak
 
 TIME_LIMITED = ("ilp", "lp-rounding")
 

@@ -8,13 +8,13 @@ Their memory-planning algorithm walks the network in order with a threshold ``b`
         if temp > b: store a_{i+1} as a checkpoint; temp = 0
 
 so a new segment starts after the stage that pushes the accumulated memory past ``b``. Each
-``b`` gives a segmentation (built into ops by :func:`remat.solver.segments.segment_ops`; the last
+``b`` gives a segmentation (built into ops by :func:`remat.solver.chain.segments.segment_ops`; the last
 segment is recorded right away). Chen et al. search ``b`` on a grid around sqrt(x*y); here the
 search covers every threshold that can change the outcome: the greedy's result only changes when
 ``b`` crosses the sum of ``saved_size`` over some run of consecutive stages, so the candidates are
 those sums (and -1, which cuts after every stage). Chains with more than ``MAX_THRESHOLDS``
 distinct sums use that many evenly spaced quantiles of them. Every distinct segmentation is
-costed in closed form (:func:`remat.solver.segments.segment_costs`, once per profile: a sweep over
+costed in closed form (:func:`remat.solver.chain.segments.segment_costs`, once per profile: a sweep over
 budgets reuses them); the fastest within the budget wins (ties: lower peak, then fewer segments). With none
 within budget, the error states the smallest simulated peak among the candidates.
 """
@@ -27,8 +27,8 @@ from itertools import accumulate
 import numpy as np
 
 from remat.schedules import ChainProfile, InfeasibleBudgetError, Schedule
+from remat.solver.chain.segments import Candidate, evaluate, pick, segment_ops
 from remat.solver.common import ProfileCache, Strategy, make_schedule, require_chain
-from remat.solver.segments import Candidate, evaluate, pick, segment_ops
 
 NAME = "chen-greedy"
 MAX_THRESHOLDS = 4000

@@ -1,0 +1,1 @@
+"""Chain strategies: profiles of sequential stages (docs/model.md). Never imports torch."""

@@ -1,0 +1,1 @@
+"""Graph strategies: profiles of DAGs of nodes (docs/model.md). Never imports torch."""
