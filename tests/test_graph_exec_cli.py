@@ -48,7 +48,7 @@ def test_profile_graph_solve_execute(tmp_path, capsys):
     assert profile.metadata["time_source"] == "measured" and profile.metadata["input_shape"] == [2, 3, 16, 16]
     assert any(node.overhead > 0 for node in profile.nodes)
     assert [node.name for node in profile.nodes if not node.recompute] == ["grad:output"]
-    for strategy, budget in (("store-all", "100%"), ("ilp", "70%")):
+    for strategy, budget in (("store-all", "100%"), ("ilp", "80%")):
         schedule_path = tmp_path / f"{strategy}.json"
         argv = ["solve", str(profile_path), "--budget", budget, "--strategy", strategy, "-o", str(schedule_path)]
         _ok(argv + (["--time-limit", "5"] if strategy == "ilp" else []), capsys)
@@ -63,7 +63,9 @@ def test_profile_graph_solve_execute(tmp_path, capsys):
         report = json.loads(report_path.read_text())
         peak = report["peak_memory"]
         assert peak["predicted"] == schedule.predicted.peak_memory
-        assert peak["predicted"] <= peak["measured"] <= 1.05 * peak["predicted"]
+        # measured by the allocator, as the profile's overheads are: within the chain's 0.12%
+        assert peak["measured_by"] == "allocator" and peak["live_tensors"] <= peak["measured"]
+        assert peak["predicted"] <= peak["measured"] <= 1.0012 * peak["predicted"], out
         assert len(report["timeline"]) == len(schedule.ops)
         assert report["metadata"]["kind"] == "graph"
         assert plot_path.stat().st_size > 0

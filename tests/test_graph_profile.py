@@ -210,3 +210,17 @@ def test_profile_records_each_nodes_transient_bytes(time_source):
     assert overhead["bwd:2"] >= 16 * 4 * F32
     seed = next(n for n in profile.nodes if n.name == GRAD_OUTPUT_NAME)
     assert seed.recompute is False and all(n.recompute for n in profile.nodes if n is not seed)
+
+
+def test_overheads_source_is_checked_and_recorded():
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 4))
+    profile = profile_graph(model, (2, 3, 8, 8))
+    assert profile.metadata["overheads"] == "allocator"
+    assert profile.metadata["threads"] == torch.get_num_threads()
+    with pytest.raises(ProfileError, match="overheads: must be"):
+        profile_graph(model, (2, 3, 8, 8), overheads="guess")
+    with torch.device("meta"):
+        on_meta = ConvNet()
+    assert profile_graph(on_meta, (2, 3, 8, 8)).metadata["overheads"] == "shapes"  # nothing can run
+    with pytest.raises(ProfileError, match="overheads: 'allocator' needs a model with real parameters"):
+        profile_graph(on_meta, (2, 3, 8, 8), overheads="allocator")

@@ -107,19 +107,44 @@ def test_memory_after_every_op_is_the_simulators(name, keep):
     _assert_matches(profile, ops, m)
 
 
+# "Measured" is the allocator's (remat.executor.allocator), kernel buffers included; the profile's
+# overheads are the allocator's too (profile_graph's default overheads="allocator"), so prediction
+# and measurement agree up to a few bytes the graph model does not hold: the loss scalar and the
+# 8-byte wrapped Python numbers a few ops keep. The chain side's tolerance is 0.12% (docs/executor.md).
+SLACK = 64
+PEAK_TOLERANCE = 0.0012
+
+
 def _assert_matches(profile, ops, m) -> None:
-    """Memory after every op and at every op's peak (its output plus the node's transient
-    overhead) is the simulator's, exact up to bookkeeping bytes: a 1-element placeholder per
-    recorded input leaf (4 bytes) and the loss scalars, a few dozen bytes against hundreds of KB."""
-    slack = 4 * profile.size + 64
+    """The allocator's bytes after every op and its peak during every op (output plus the node's
+    transient overhead) are the simulator's, exact up to ``SLACK`` bytes; the step's peak within
+    ``PEAK_TOLERANCE``."""
     assert len(m.measured_after) == len(ops)
     for k, (measured, predicted) in enumerate(zip(m.measured_after, m.predicted_after, strict=True)):
-        assert predicted <= measured <= predicted + slack, (k, ops[k], measured, predicted)
+        assert predicted <= measured <= predicted + SLACK, (k, ops[k], measured, predicted)
     predicted_peaks = [r.peak for r in simulate(profile, ops).timeline]
     for k, (measured, predicted) in enumerate(zip(m.timeline, predicted_peaks, strict=True)):
-        assert predicted <= measured.peak <= predicted + slack, (k, ops[k], measured.peak, predicted)
-    assert m.predicted_peak <= m.measured_peak <= m.predicted_peak + slack
-    assert m.measured_peak <= 1.05 * m.predicted_peak, m.peak_error
+        assert predicted <= measured.peak <= predicted + SLACK, (k, ops[k], measured.peak, predicted)
+    assert m.predicted_peak <= m.measured_peak <= m.predicted_peak + SLACK
+    assert abs(m.peak_error) <= PEAK_TOLERANCE, m.peak_error
+    assert m.tensor_peak <= m.measured_peak  # the live-tensor diagnostic sees no kernel buffers
+
+
+@pytest.mark.parametrize("name", ["resnet", "unet"])
+def test_the_allocator_judges_convolutions_tensor_counts_do_not(name):
+    """oneDNN's convolution scratch is allocated inside the kernels: the live-tensor tracker misses
+    it and a profile whose overheads come from tensor shapes alone under-predicts the allocator,
+    which is why the profile's overheads are the allocator's."""
+    base, x, profile = _setup(name)
+    ops = _ops(profile, "every-other")
+    m = measure_graph(GraphReplay(copy.deepcopy(base), ops, profile), [x])
+    _assert_matches(profile, ops, m)
+    assert m.measured_peak - m.tensor_peak > 1024, (m.measured_peak, m.tensor_peak)
+    shapes = profile_graph(base, example_inputs=x, name=name, overheads="shapes")
+    assert shapes.metadata["overheads"] == "shapes" and profile.metadata["overheads"] == "allocator"
+    assert [n.size for n in shapes.nodes] == [n.size for n in profile.nodes]
+    unjudged = measure_graph(GraphReplay(copy.deepcopy(base), ops, shapes), [x])
+    assert unjudged.measured_peak > unjudged.predicted_peak + SLACK
 
 
 @pytest.mark.parametrize("strategy", strategy_names("graph") or ["<none registered>"])

@@ -80,7 +80,8 @@ from torch import nn
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.flop_counter import FlopCounterMode
 
-from remat.executor.memory import StorageTracker, memory_meter
+from remat.executor.allocator import AllocatorMeter
+from remat.executor.memory import StorageTracker, untracked
 from remat.executor.replay_core import grad_input
 from remat.schedules import GraphNode, GraphProfile, ProfileError
 
@@ -380,8 +381,10 @@ def forward_piece(
     local.clear()
     if release_leaves:
         for leaf in leaves.values():
-            # Keep shape and dtype (autograd checks them) but drop the input's storage.
-            leaf.data = leaf.data.new_zeros((1,)).expand(leaf.shape)
+            # Keep shape and dtype (autograd checks them) but drop the input's storage. The
+            # one-element stand-in is bookkeeping (untracked), not memory the graph model counts.
+            with untracked():
+                leaf.data = leaf.data.new_zeros((1,)).expand(leaf.shape)
     return RecordedPiece(outputs, leaves, saved_slots, saved_held)
 
 
@@ -938,10 +941,11 @@ def _measure_times(
     dtype: torch.dtype,
     repeats: int,
 ) -> tuple[list[float], list[float], list[int], list[int]]:
-    """Median milliseconds of each piece's recording forward and of its backward, measured on a
-    deep copy of the model on ``device`` (the model itself and the global RNG are untouched), and
-    the transient bytes of each (peak during it minus live bytes after it, from the warm-up round
-    with :func:`remat.executor.memory.memory_meter`)."""
+    """Median milliseconds of each piece's recording forward and of its backward over ``repeats``
+    rounds (empty lists when ``repeats`` is 0), measured on a deep copy of the model on ``device``
+    (the model itself and the global RNG are untouched), and the transient bytes of each: what the
+    allocator saw (:class:`remat.executor.allocator.AllocatorMeter`: kernel buffers included) at
+    its peak during the piece minus what it held after it, from the first (warm-up) round."""
     gm = copy.deepcopy(plan.graph_module).to(device)
     for p in gm.parameters():
         if p.is_floating_point():
@@ -990,12 +994,13 @@ def _measure_forked(
         for p, piece in enumerate(plan.pieces):
             sync()
             start = time.perf_counter()
-            with memory_meter(device) if round_ == 0 else contextlib.nullcontext() as meter:
+            meter = AllocatorMeter(device) if round_ == 0 else None
+            with meter if meter is not None else contextlib.nullcontext():
                 rec = forward_piece(gm, plan.graph_module, piece, values.__getitem__, consts, plan.grad_inputs[p])
                 sync()
                 times_f[p] = (time.perf_counter() - start) * 1e3
-                if meter is not None:
-                    transient_f[p] = max(0, meter.peak_bytes - meter.current_bytes)
+            if meter is not None:
+                transient_f[p] = max(0, meter.peak_bytes - meter.final_bytes)
             recorded.append(rec)
             values.update(rec.outputs)
         grads_of: dict[int, dict[str, torch.Tensor]] = {}
@@ -1007,7 +1012,8 @@ def _measure_forked(
             piece = plan.pieces[p]
             sync()
             start = time.perf_counter()
-            with memory_meter(device) if round_ == 0 else contextlib.nullcontext() as meter:
+            meter = AllocatorMeter(device) if round_ == 0 else None
+            with meter if meter is not None else contextlib.nullcontext():
                 output_grads: dict[str, torch.Tensor] = {}
                 for o in piece.outputs:
                     contributions = [grads_of[c][o] for c in sorted(grads_of) if o in grads_of[c]]
@@ -1025,14 +1031,33 @@ def _measure_forked(
                 del output_grads
                 sync()
                 times_b[p] = (time.perf_counter() - start) * 1e3
-                if meter is not None:
-                    transient_b[p] = max(0, meter.peak_bytes - meter.current_bytes)
+            if meter is not None:
+                transient_b[p] = max(0, meter.peak_bytes - meter.final_bytes)
         if round_ > 0:
             for p in range(count):
                 fwd[p].append(times_f[p])
                 bwd[p].append(times_b[p])
         del recorded, grads_of, values
-    return [statistics.median(t) for t in fwd], [statistics.median(t) for t in bwd], transient_f, transient_b
+    fwd_ms = [statistics.median(t) for t in fwd] if repeats else []
+    bwd_ms = [statistics.median(t) for t in bwd] if repeats else []
+    return fwd_ms, bwd_ms, transient_f, transient_b
+
+
+OVERHEAD_SOURCES = ("allocator", "shapes")
+
+
+def _overhead_source(model: nn.Module, time_source: str, overheads: str | None) -> str:
+    """``overheads`` checked, or its default: ``"allocator"`` for a model with real parameters,
+    ``"shapes"`` for one on the meta device (nothing can run)."""
+    on_meta = any(t.is_meta for t in list(model.parameters()) + list(model.buffers()))
+    if overheads is None:
+        overheads = "shapes" if on_meta and time_source == "flops" else "allocator"
+    if overheads not in OVERHEAD_SOURCES:
+        raise ProfileError(f"overheads: must be 'allocator' or 'shapes', got {overheads!r}")
+    if on_meta and (overheads == "allocator" or time_source == "measured"):
+        what = "time_source: 'measured'" if time_source == "measured" else "overheads: 'allocator'"
+        raise ProfileError(f"{what} needs a model with real parameters, not one on the meta device")
+    return overheads
 
 
 def graph_plan(
@@ -1047,11 +1072,13 @@ def graph_plan(
     flop_rate: float | None = None,
     bandwidth: float | None = None,
     repeats: int = 3,
+    overheads: str | None = None,
 ) -> GraphPlan:
     """Like :func:`profile_graph` but returns the whole :class:`GraphPlan` (pieces and node mapping,
     which the graph replay needs) with the profile in ``plan.profile``."""
     if time_source not in ("flops", "measured"):
         raise ProfileError(f"time_source: must be 'flops' or 'measured', got {time_source!r}")
+    overheads = _overhead_source(model, time_source, overheads)
     torch_device = torch.device(device)
     torch_dtype = _parse_dtype(dtype)
     gm = trace(model)
@@ -1074,8 +1101,9 @@ def graph_plan(
         "time_source": time_source,
         "sizes": "bytes from shapes on the meta device: forward node = piece outputs + tensors autograd saves "
         "(excluding inputs, parameters, buffers); backward node = gradients w.r.t. the piece's inputs; "
-        "overhead = bytes a node allocates and drops before it returns (meta run; measured mode: the larger "
-        "of that and the device's)",
+        "overhead = bytes a node allocates and drops before it returns (metadata.overheads: 'allocator' = "
+        "the device allocator's peak during one run of it minus what it holds after, kernel buffers "
+        "included; 'shapes' = the meta run's tensors only)",
         "pieces": {f"fwd:{piece.name}": list(piece.nodes) for piece in pieces},
     }
     if time_source == "flops":
@@ -1095,13 +1123,16 @@ def graph_plan(
     else:
         if repeats < 1:
             raise ProfileError(f"repeats: must be at least 1, got {repeats}")
-        if any(t.is_meta for t in list(model.parameters()) + list(model.buffers())):
-            raise ProfileError("time_source: 'measured' needs a model with real parameters, not one on the meta device")
-        fwd_ms, bwd_ms, transient_f, transient_b = _measure_times(
-            plan, model, inputs, torch_device, torch_dtype, repeats
-        )
         metadata["repeats"] = repeats
         metadata["time_model"] = "median of measured recording-forward and backward times per piece"
+    if overheads == "allocator":
+        fwd_measured, bwd_measured, transient_f, transient_b = _measure_times(
+            plan, model, inputs, torch_device, torch_dtype, repeats if time_source == "measured" else 0
+        )
+        if time_source == "measured":
+            fwd_ms, bwd_ms = fwd_measured, bwd_measured
+        metadata["threads"] = torch.get_num_threads()
+    metadata["overheads"] = overheads
     metadata["flops_forward"] = sum(f for f, _ in forward_cost)
     metadata["flops_backward"] = sum(f for f, _ in backward_cost)
     old = plan.profile
@@ -1112,11 +1143,11 @@ def graph_plan(
         b = plan.backward_node[p]
         if b is not None:
             nodes[b] = dataclasses.replace(nodes[b], name=f"bwd:{pieces[p].name}", time_ms=bwd_ms[p])
-        if time_source == "measured":
-            # the device's own transients (workspaces the meta run cannot see) when they are larger
-            nodes[v] = dataclasses.replace(nodes[v], overhead=max(nodes[v].overhead, transient_f[p]))
+        if overheads == "allocator":
+            # what the allocator saw, kernel buffers included, which the meta run cannot see
+            nodes[v] = dataclasses.replace(nodes[v], overhead=transient_f[p])
             if b is not None:
-                nodes[b] = dataclasses.replace(nodes[b], overhead=max(nodes[b].overhead, transient_b[p]))
+                nodes[b] = dataclasses.replace(nodes[b], overhead=transient_b[p])
     metadata["structure_sha256"] = _structure_digest(pieces, nodes, old.edges)
     profile = GraphProfile(name=old.name, nodes=tuple(nodes), edges=old.edges, metadata=metadata)
     return dataclasses.replace(plan, pieces=tuple(pieces), profile=profile)
@@ -1134,6 +1165,7 @@ def profile_graph(
     flop_rate: float | None = None,
     bandwidth: float | None = None,
     repeats: int = 3,
+    overheads: str | None = None,
 ) -> GraphProfile:
     """The forward+backward graph of ``model`` (see the module docstring for the mapping).
 
@@ -1145,6 +1177,12 @@ def profile_graph(
         dtype: ``"float32"``, ``"float16"``, ``"bfloat16"``, ...: parameters and float inputs.
         time_source: ``"flops"`` (estimate: FLOPs / ``flop_rate`` + bytes / ``bandwidth``) or
             ``"measured"`` (median of ``repeats`` runs on ``device``).
+        overheads: where each node's transient bytes come from: ``"allocator"`` (default for a
+            model with real parameters: each piece's forward and backward run once on ``device``
+            and the allocator's peak during it minus what it holds after it is the overhead, so
+            kernel buffers such as oneDNN's convolution scratch are counted, as the replay's
+            allocator measurement sees them) or ``"shapes"`` (the meta run's tensor transients
+            only; the default for a model on the meta device).
         name: profile name (default: the model class, lower case).
 
     Returns:
@@ -1163,4 +1201,5 @@ def profile_graph(
         flop_rate=flop_rate,
         bandwidth=bandwidth,
         repeats=repeats,
+        overheads=overheads,
     ).profile

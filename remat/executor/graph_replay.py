@@ -55,8 +55,15 @@ from remat.executor.graph_profile import (
     forward_piece,
     graph_plan,
 )
-from remat.executor.measure import OpMeasurement, Report, loss_step, prepare_grads, sync, time_steps
-from remat.executor.memory import memory_meter
+from remat.executor.measure import (
+    MeteredStep,
+    OpMeasurement,
+    Report,
+    loss_step,
+    meter_step,
+    prepare_grads,
+    time_steps,
+)
 from remat.executor.replay_core import (
     BufferSnapshots,
     GradSink,
@@ -81,7 +88,8 @@ def _plan_for(model: nn.Module, profile: GraphProfile) -> GraphPlan:
         torch.empty(tuple(shape), dtype=getattr(torch, dtype), device="meta")
         for shape, dtype in zip(meta["input_shapes"], meta["input_dtypes"], strict=True)
     )
-    plan = graph_plan(model, example_inputs=example, dtype=meta["dtype"], name=profile.name)
+    # the structure only: overheads are the profile's (nothing runs here)
+    plan = graph_plan(model, example_inputs=example, dtype=meta["dtype"], name=profile.name, overheads="shapes")
     mine = plan.profile
     if mine.size != profile.size:
         raise ScheduleError(
@@ -342,13 +350,21 @@ class GraphReplay(nn.Module):
 
 @dataclass(frozen=True)
 class GraphMeasurement:
-    """Predicted (simulator) and measured activation memory of one graph replay step.
+    """Predicted (simulator) and measured activation memory of one graph replay step (bytes).
 
-    ``measured_peak``: the largest live byte count during the step (bytes), counting every tensor
-    the step allocates except parameters and their gradients (pre-allocated); the model input is
-    not counted (the graph model does not either). ``timeline[k]``: live bytes before op k, the
-    peak during it (transients included) and after it. ``step_ms``: median wall-clock
-    milliseconds of ``timed_steps`` unmetered steps (NaN if none).
+    "Measured" is what the allocator saw (:class:`remat.executor.allocator.AllocatorMeter`: the c10
+    CPU allocator's running total, CUDA's ``max_memory_allocated``), kernel-internal buffers
+    included, relative to what was allocated before the step: parameters, their pre-allocated
+    gradients (:func:`remat.executor.measure.prepare_grads`) and the model input are outside it,
+    as they are outside the graph model (docs/model.md). The loss and its scalars are inside it.
+
+    ``measured_peak``: the allocator's peak over the metered steps; ``timeline[k]``: its reading
+    before op k, its peak during op k (the running maximum between the op's start and end marks)
+    and after op k, of the step with the largest peak. ``tensor_peak`` / ``tensor_timeline``: the
+    same from the live-tensor tracker (:class:`remat.executor.memory.StorageTracker`), a
+    diagnostic that misses kernel buffers. ``bookkeeping_peak``: bytes of remat's own bookkeeping
+    (RNG snapshots, buffer copies), which the allocator saw and both peaks leave out.
+    ``step_ms``: median wall-clock milliseconds of ``timed_steps`` unmetered steps (NaN if none).
     """
 
     predicted_peak: int
@@ -358,10 +374,13 @@ class GraphMeasurement:
     step_ms: float
     predicted_ms: float
     device: str
+    tensor_peak: int = 0
+    tensor_timeline: tuple[OpMeasurement, ...] = ()
+    bookkeeping_peak: int = 0
 
     @property
     def measured_after(self) -> tuple[int, ...]:
-        """Live bytes right after each op."""
+        """The allocator's bytes right after each op."""
         return tuple(m.memory_after for m in self.timeline)
 
     @property
@@ -371,49 +390,37 @@ class GraphMeasurement:
 
 
 def measure_graph(
-    wrapped: GraphReplay, inputs: Sequence[torch.Tensor], warmup: int = 1, timed_steps: int = 0
+    wrapped: GraphReplay, inputs: Sequence[torch.Tensor], warmup: int = 1, timed_steps: int = 0, steps: int = 1
 ) -> GraphMeasurement:
     """Run training steps ``loss = (wrapped(*inputs) * r).sum(); loss.backward()`` (``r`` fixed,
-    random, so autograd hands the replay a full-size output gradient) and measure one of them with
-    :func:`remat.executor.memory.memory_meter` (the live-storage tracker on CPU)."""
+    random, so autograd hands the replay a full-size output gradient): ``warmup`` unmetered ones,
+    then ``steps`` metered by the allocator (see :class:`GraphMeasurement`), then ``timed_steps``
+    timed ones."""
     device = inputs[0].device
     wrapped.train()
     step = loss_step(wrapped, inputs, [])
     for _ in range(max(1, warmup)):
         prepare_grads(wrapped)
         step()
-    prepare_grads(wrapped)
-    sync(device)
-    records: list[OpMeasurement] = []
-    with memory_meter(device) as meter:
-        state = {"peak": 0, "before": 0}
-
-        def observer(position: int, op: str, v: int, when: str) -> None:
-            if when == "before":
-                state["peak"] = max(state["peak"], meter.peak_bytes)  # what happened between ops
-                state["before"] = meter.current_bytes
-                meter.reset_peak()
-            else:
-                op_peak = meter.peak_bytes
-                state["peak"] = max(state["peak"], op_peak)
-                records.append(OpMeasurement(position, op, v, state["before"], op_peak, meter.current_bytes))
-
-        wrapped.observer = observer
-        try:
-            step()
-        finally:
-            wrapped.observer = None
-        peak = max(state["peak"], meter.peak_bytes)
+    best: MeteredStep | None = None
+    for _ in range(max(1, steps)):
+        metered = meter_step(wrapped, step, device)
+        if best is None or metered.peak > best.peak:
+            best = metered
+    assert best is not None
     times = time_steps(wrapped, step, device, timed_steps)
     predicted = simulate(wrapped.profile, wrapped.ops, timeline=True)
     return GraphMeasurement(
         predicted_peak=predicted.peak_memory,
-        measured_peak=peak,
+        measured_peak=best.peak,
         predicted_after=tuple(r.memory_after for r in predicted.timeline),
-        timeline=tuple(records),
+        timeline=best.timeline,
         step_ms=float(statistics.median(times)) if times else float("nan"),
         predicted_ms=predicted.compute_ms,
         device=str(device),
+        tensor_peak=best.tensor_peak,
+        tensor_timeline=best.tensor_timeline,
+        bookkeeping_peak=best.bookkeeping_peak,
     )
 
 
@@ -441,6 +448,8 @@ def compare_graph(
         predicted_timeline=tuple((r.memory_before, r.peak, r.memory_after) for r in predicted.timeline),
         measured_timeline=measured.timeline,
         metadata={"profile": profile.name, "torch": torch.__version__, "kind": "graph"},
+        measured_tensor_peak=measured.tensor_peak,
+        bookkeeping_peak=measured.bookkeeping_peak,
     )
 
 

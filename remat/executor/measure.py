@@ -205,6 +205,44 @@ def step_allocator_peak(
     return peak
 
 
+@dataclass(frozen=True)
+class MeteredStep:
+    """One training step metered by the allocator and, inside it, by the live-tensor tracker (bytes
+    relative to what was allocated before the step, plus the ``input_bytes`` the caller counts):
+    ``peak`` / ``timeline`` the allocator's, ``tensor_peak`` / ``tensor_timeline`` the tracker's,
+    ``bookkeeping_peak`` remat's own bookkeeping (``untracked()``), left out of both."""
+
+    peak: int
+    tensor_peak: int
+    bookkeeping_peak: int
+    timeline: tuple[OpMeasurement, ...]
+    tensor_timeline: tuple[OpMeasurement, ...]
+
+
+def meter_step(
+    wrapped: torch.nn.Module, step: Callable[[], None], device: torch.device, input_bytes: int = 0
+) -> MeteredStep:
+    """Run ``step`` once under both meters with a phase per op of ``wrapped``'s replay (its
+    ``observer`` calls ``observer(position, op, index, "before" | "after")``), as
+    :func:`measure_steps` meters a chain step; the graph replay's measurement uses it. Parameter
+    gradients are pre-allocated first (:func:`prepare_grads`). Bytes."""
+    prepare_grads(wrapped)
+    sync(device)
+    meters = (AllocatorMeter(device), tensor_meter(device))
+    ops: dict[str, tuple[int, str, int]] = {}
+    with meters[0], meters[1], _observed(wrapped, _marking_observer(meters, ops)):
+        step()
+        sync(device)
+    records, tensor_records = (_op_records(m, ops, input_bytes) for m in meters)
+    return MeteredStep(
+        peak=meters[0].peak_bytes + input_bytes,
+        tensor_peak=meters[1].peak_bytes + input_bytes,
+        bookkeeping_peak=meters[0].bookkeeping_peak,
+        timeline=records,
+        tensor_timeline=tensor_records,
+    )
+
+
 def plain_step_peak(
     module: torch.nn.Module,
     step: Callable[[], torch.Tensor],
@@ -401,4 +439,14 @@ def plot_comparison(report: Report, path: str) -> None:
         plt.close(fig)
 
 
-__all__ = ["Measurement", "OpMeasurement", "Report", "compare", "measure_steps", "plain_step_peak", "plot_comparison"]
+__all__ = [
+    "MeteredStep",
+    "Measurement",
+    "OpMeasurement",
+    "Report",
+    "compare",
+    "measure_steps",
+    "meter_step",
+    "plain_step_peak",
+    "plot_comparison",
+]
