@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import statistics
+import warnings
 import weakref
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -424,6 +425,18 @@ def measure_graph(
     )
 
 
+def _warn_if_threads_differ(profile: GraphProfile, device: torch.device) -> None:
+    """oneDNN sizes its CPU scratch buffers by the thread count, so overheads the allocator saw at
+    one count do not predict another: say so (a warning, the run is still valid)."""
+    threads = profile.metadata.get("threads")
+    if device.type == "cpu" and threads is not None and threads != torch.get_num_threads():
+        warnings.warn(
+            f"profile '{profile.name}' measured its overheads with {threads} CPU threads, this run uses "
+            f"{torch.get_num_threads()}: kernel buffers differ, so measured and predicted peaks may too",
+            stacklevel=3,
+        )
+
+
 def compare_graph(
     profile: GraphProfile,
     schedule: Schedule,
@@ -434,6 +447,7 @@ def compare_graph(
 ) -> Report:
     """Predicted vs measured for a graph schedule, as the chain's :func:`remat.executor.measure.compare`
     reports it (same :class:`Report`, so ``remat execute`` prints graph and chain runs alike)."""
+    _warn_if_threads_differ(profile, inputs[0].device)
     measured = measure_graph(wrapped, inputs, warmup=warmup, timed_steps=steps)
     predicted = simulate(profile, schedule.ops, timeline=True)
     return Report(
@@ -447,7 +461,14 @@ def compare_graph(
         device=measured.device,
         predicted_timeline=tuple((r.memory_before, r.peak, r.memory_after) for r in predicted.timeline),
         measured_timeline=measured.timeline,
-        metadata={"profile": profile.name, "torch": torch.__version__, "kind": "graph"},
+        metadata={
+            "profile": profile.name,
+            "torch": torch.__version__,
+            "kind": "graph",
+            "threads": torch.get_num_threads(),
+            "profile_threads": profile.metadata.get("threads"),
+            "overheads": profile.metadata.get("overheads", "shapes"),
+        },
         measured_tensor_peak=measured.tensor_peak,
         bookkeeping_peak=measured.bookkeeping_peak,
     )
