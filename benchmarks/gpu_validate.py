@@ -9,11 +9,13 @@ total from torch.profiler memory events); the live-tensor tracker's peak is prin
 ("tensors": what a tensor count sees, without kernel workspaces). ``resnet18`` is torchvision's
 ResNet-18 layout, whose convolutions allocate workspaces inside the kernels.
 
-Graphs: for each model, its forward+backward graph (remat.executor.graph_profile, times and
-transients measured on the device), then ``store-all`` at 100% and ``chen-greedy``,
-``lp-rounding`` and ``ilp`` (time-limited, warm-started) at 70% and 50% of the store-all peak
-(a strategy that cannot meet a budget is reported and skipped), each replayed with GraphReplay
-and measured by remat.executor.graph_replay (its own meter: see there).
+Graphs: for each model, its forward+backward graph (remat.executor.graph_profile: times
+measured on the device, each node's transient the allocator's peak during one run of it), then
+``store-all`` at 100% and ``chen-greedy``, ``lp-rounding`` and ``ilp`` (time-limited,
+warm-started) at 70% and 50% of the store-all peak (a strategy that cannot meet a budget is
+reported and skipped), each replayed with GraphReplay and judged against the allocator as the
+chains are (remat.executor.graph_replay.measure_graph: the same AllocatorMeter, read around every
+op), the live-tensor peak beside it.
 
 Sized to finish in well under 8 minutes on one H100/H200; ``--device cpu`` uses small sizes.
 
@@ -120,7 +122,8 @@ def run_graph(name: str, size: str, device: torch.device, args: argparse.Namespa
         print(
             f"{label:<28} {fraction:>7.0%} {format_size(report.predicted_peak):>11} "
             f"{format_size(report.measured_peak):>11} {100 * report.peak_error:>+6.2f}% "
-            f"{report.predicted_ms:>9.2f} {report.measured_ms:>9.2f} {100 * report.time_error:>+6.1f}%"
+            f"{report.predicted_ms:>9.2f} {report.measured_ms:>9.2f} {100 * report.time_error:>+6.1f}% "
+            f"{format_size(report.measured_tensor_peak):>11}"
         )
         del wrapped
     return rows
@@ -133,7 +136,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5, help="measured steps per schedule")
     parser.add_argument("--models", default="cnn,mlp,transformer,resnet18")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
-    parser.add_argument("--graph-models", default="cnn,transformer", help="graph replay models ('' for none)")
+    parser.add_argument("--graph-models", default="cnn,transformer,resnet18", help="graph replay models ('' for none)")
     parser.add_argument("--ilp-time-limit", type=float, default=10.0, help="seconds per ILP / LP solve (graphs)")
     parser.add_argument("--out", help="result JSON (default benchmarks/results/gpu_validate[_cpu].json)")
     args = parser.parse_args()

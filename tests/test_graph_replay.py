@@ -127,7 +127,6 @@ def _assert_matches(profile, ops, m) -> None:
         assert predicted <= measured.peak <= predicted + SLACK, (k, ops[k], measured.peak, predicted)
     assert m.predicted_peak <= m.measured_peak <= m.predicted_peak + SLACK
     assert abs(m.peak_error) <= PEAK_TOLERANCE, m.peak_error
-    assert m.tensor_peak <= m.measured_peak  # the live-tensor diagnostic sees no kernel buffers
 
 
 @pytest.mark.parametrize("name", ["resnet", "unet"])
@@ -145,6 +144,23 @@ def test_the_allocator_judges_convolutions_tensor_counts_do_not(name):
     assert [n.size for n in shapes.nodes] == [n.size for n in profile.nodes]
     unjudged = measure_graph(GraphReplay(copy.deepcopy(base), ops, shapes), [x])
     assert unjudged.measured_peak > unjudged.predicted_peak + SLACK
+
+
+def test_multihead_attention_backward_is_measured_as_it_runs_unmetered():
+    """nn.MultiheadAttention's backward adds the q, k and v gradients of its packed projection;
+    autograd adds them in place only when nothing else refers to them, which a live-tensor tracker
+    running in the same step prevents (16 KiB more here). The allocator is read in a step of its
+    own, so every op's peak is the profile's, whose overheads were measured without a tracker."""
+    from remat.executor.zoo import small
+
+    torch.manual_seed(0)
+    model = small.transformer(in_features=32, dim=32, depth=2, heads=4, dropout=0.1)
+    x = torch.randn(4, 16, 32)
+    profile = profile_graph(model, example_inputs=x)
+    for keep in ("all", "none"):
+        ops = _ops(profile, keep)
+        m = measure_graph(GraphReplay(copy.deepcopy(model), ops, profile), [x])
+        _assert_matches(profile, ops, m)
 
 
 @pytest.mark.parametrize("strategy", strategy_names("graph") or ["<none registered>"])

@@ -207,10 +207,11 @@ def step_allocator_peak(
 
 @dataclass(frozen=True)
 class MeteredStep:
-    """One training step metered by the allocator and, inside it, by the live-tensor tracker (bytes
-    relative to what was allocated before the step, plus the ``input_bytes`` the caller counts):
-    ``peak`` / ``timeline`` the allocator's, ``tensor_peak`` / ``tensor_timeline`` the tracker's,
-    ``bookkeeping_peak`` remat's own bookkeeping (``untracked()``), left out of both."""
+    """Readings of a replayed training step (bytes relative to what was allocated before the step,
+    plus the ``input_bytes`` the caller counts): ``peak`` / ``timeline`` the allocator's,
+    ``tensor_peak`` / ``tensor_timeline`` the live-tensor tracker's (from a separate step, see
+    :func:`meter_step`), ``bookkeeping_peak`` remat's own bookkeeping (``untracked()``), which the
+    allocator saw and both peaks leave out."""
 
     peak: int
     tensor_peak: int
@@ -222,22 +223,29 @@ class MeteredStep:
 def meter_step(
     wrapped: torch.nn.Module, step: Callable[[], None], device: torch.device, input_bytes: int = 0
 ) -> MeteredStep:
-    """Run ``step`` once under both meters with a phase per op of ``wrapped``'s replay (its
-    ``observer`` calls ``observer(position, op, index, "before" | "after")``), as
-    :func:`measure_steps` meters a chain step; the graph replay's measurement uses it. Parameter
-    gradients are pre-allocated first (:func:`prepare_grads`). Bytes."""
-    prepare_grads(wrapped)
-    sync(device)
-    meters = (AllocatorMeter(device), tensor_meter(device))
-    ops: dict[str, tuple[int, str, int]] = {}
-    with meters[0], meters[1], _observed(wrapped, _marking_observer(meters, ops)):
-        step()
+    """Run ``step`` twice with a meter phase per op of ``wrapped``'s replay (its ``observer`` is
+    called as ``observer(position, op, index, "before" | "after")``): once under the allocator
+    alone, once under the live-tensor tracker alone. Not both at once: the tracker (a
+    ``TorchDispatchMode``) holds references to op results while it counts them, which stops the
+    autograd engine from adding gradient contributions in place (it adds into a gradient only when
+    nothing else refers to it), so under the tracker the backward allocates more than it does
+    without it (16 KiB more in a 32-wide MultiheadAttention's backward). Parameter gradients are
+    pre-allocated before each run (:func:`prepare_grads`). Used by the graph replay's measurement.
+    Bytes."""
+    runs = []
+    for meter in (AllocatorMeter(device), tensor_meter(device)):
+        prepare_grads(wrapped)
         sync(device)
-    records, tensor_records = (_op_records(m, ops, input_bytes) for m in meters)
+        ops: dict[str, tuple[int, str, int]] = {}
+        with meter, _observed(wrapped, _marking_observer((meter,), ops)):
+            step()
+            sync(device)
+        runs.append((meter, _op_records(meter, ops, input_bytes)))
+    (allocator, records), (tracker, tensor_records) = runs
     return MeteredStep(
-        peak=meters[0].peak_bytes + input_bytes,
-        tensor_peak=meters[1].peak_bytes + input_bytes,
-        bookkeeping_peak=meters[0].bookkeeping_peak,
+        peak=allocator.peak_bytes + input_bytes,
+        tensor_peak=tracker.peak_bytes + input_bytes,
+        bookkeeping_peak=allocator.bookkeeping_peak,
         timeline=records,
         tensor_timeline=tensor_records,
     )
