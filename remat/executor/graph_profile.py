@@ -46,10 +46,14 @@ the simulator's peak of a compute is the replay's peak too. The seed ``grad:outp
 twice. Not modelled: the model input (owned by the caller), parameters and their gradients.
 
 Sizes come from shapes only: the traced model is copied to the ``meta`` device and each piece is
-run there under the same saved-tensor hooks the replay uses, so no real compute happens; the
-overheads come from the same run, counted by :class:`remat.executor.memory.StorageTracker` on
-meta storages exactly as the replay's measurement counts real ones (``time_source="measured"``
-takes the larger of that and the device's own transient, which includes allocator workspaces). Times
+run there under the same saved-tensor hooks the replay uses, so no real compute happens. The
+overheads are the allocator's (``overheads="allocator"``, the default for a model with real
+parameters): each piece's recording forward and its backward run once on the device, and the
+allocator's peak during it minus what it holds after it (:class:`remat.executor.allocator.AllocatorMeter`)
+is the node's overhead, kernel buffers included (oneDNN's convolution scratch), exactly what the
+replay's measurement sees; they depend on the thread count on CPU, which the metadata records.
+``overheads="shapes"`` (the default for a model on the meta device) counts the meta run's tensor
+transients with :class:`remat.executor.memory.StorageTracker` instead, a lower bound. Times
 are estimated from FLOPs (``torch.utils.flop_counter``) plus bytes moved, at a stated rate, or
 measured on the device at the profiled shape (``time_source="measured"``); the metadata says which.
 
