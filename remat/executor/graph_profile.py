@@ -1050,6 +1050,15 @@ def _measure_forked(
 OVERHEAD_SOURCES = ("allocator", "shapes")
 
 
+def _default_device(model: nn.Module, inputs: Sequence[torch.Tensor]) -> torch.device:
+    """Where the pieces run when no device is given: the example input's device, else the model's
+    (its first parameter or buffer), else the CPU; never meta."""
+    for t in (*inputs, *model.parameters(), *model.buffers()):
+        if t.device.type != "meta":
+            return t.device
+    return torch.device("cpu")
+
+
 def _overhead_source(model: nn.Module, time_source: str, overheads: str | None) -> str:
     """``overheads`` checked, or its default: ``"allocator"`` for a model with real parameters,
     ``"shapes"`` for one on the meta device (nothing can run)."""
@@ -1069,7 +1078,7 @@ def graph_plan(
     input_shape: Sequence[int] | None = None,
     *,
     example_inputs: Any = None,
-    device: str | torch.device = "cpu",
+    device: str | torch.device | None = None,
     dtype: str | torch.dtype = "float32",
     time_source: str = "flops",
     name: str | None = None,
@@ -1083,10 +1092,10 @@ def graph_plan(
     if time_source not in ("flops", "measured"):
         raise ProfileError(f"time_source: must be 'flops' or 'measured', got {time_source!r}")
     overheads = _overhead_source(model, time_source, overheads)
-    torch_device = torch.device(device)
     torch_dtype = _parse_dtype(dtype)
     gm = trace(model)
     inputs = _example_inputs(input_shape, example_inputs, torch_dtype)
+    torch_device = _default_device(model, inputs) if device is None else torch.device(device)
     plan, forward_cost, backward_cost = build_plan(
         model, example_inputs=inputs, dtype=torch_dtype, name=name, graph_module=gm
     )
@@ -1162,7 +1171,7 @@ def profile_graph(
     input_shape: Sequence[int] | None = None,
     *,
     example_inputs: Any = None,
-    device: str | torch.device = "cpu",
+    device: str | torch.device | None = None,
     dtype: str | torch.dtype = "float32",
     time_source: str = "flops",
     name: str | None = None,
@@ -1177,7 +1186,8 @@ def profile_graph(
         model: an ``nn.Module`` torch.fx can trace, returning one tensor; not modified.
         input_shape: shape of the single input, batch first, e.g. ``(32, 3, 224, 224)``; or give
             ``example_inputs`` (a tensor or tuple of tensors, any device incl. ``meta``).
-        device: where ``time_source="measured"`` times the pieces (sizes never need a device).
+        device: where the pieces run for ``time_source="measured"`` and ``overheads="allocator"``
+            (sizes never need a device); default: the example input's device, else the model's.
         dtype: ``"float32"``, ``"float16"``, ``"bfloat16"``, ...: parameters and float inputs.
         time_source: ``"flops"`` (estimate: FLOPs / ``flop_rate`` + bytes / ``bandwidth``) or
             ``"measured"`` (median of ``repeats`` runs on ``device``).
