@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from remat.schedules import GraphProfile, InfeasibleBudgetError, Op, RematError, Schedule
-from remat.solver.common import ProfileCache, Strategy, make_schedule, require_graph
+from remat.solver.common import ProfileCache, SolverBug, Strategy, make_schedule, require_graph
 from remat.solver.deadline import Deadline
 from remat.solver.graph.baselines import store_all_plan
 from remat.solver.graph.blocks import Blocks, cut_blocks
@@ -110,13 +110,13 @@ def solve(profile: GraphProfile, budget: int, slots: int = SLOTS) -> Schedule:
     slots = int(slots)
     if slots < 1:
         raise RematError(f"strategy '{NAME}': slots must be at least 1, got {slots}")
+    solved = _solved(profile)  # refuses a graph it cannot cut, whatever the budget
     store_all = store_all_plan(profile)
     if plan_peak(profile, store_all) <= budget:
         ops = plan_ops(profile, store_all)
         extra = {"source": "store-all", "gap": 0.0, "lower_bound_ms": profile.store_all_compute_ms}
         peak = plan_peak(profile, store_all)
         return make_schedule(profile, budget, NAME, ops, store_all.cost_ms(profile), peak, extra)
-    solved = _solved(profile)
     chain, count = solved.chain, len(solved.blocks.blocks)
     lowest, lowest_ops = least_peak(chain)
     if lowest > budget:
@@ -150,9 +150,35 @@ def hierarchical_plan(profile: GraphProfile, budget: int, deadline: Deadline | N
     except RematError:
         return None
     plan = plan_from_ops(profile, schedule.ops)
-    if plan is None or plan_peak(profile, plan) > budget:
+    if plan is None:
         return None
+    plan = StagePlan(plan.R, _held_into_stages(profile, schedule.ops))
+    plan.check(profile)
+    if plan_peak(profile, plan) > budget:
+        raise SolverBug(f"{NAME}: the R/S plan of its schedule peaks above the schedule")
     return plan
+
+
+def _held_into_stages(profile: GraphProfile, ops) -> tuple[frozenset[int], ...]:
+    """S[t]: the nodes held when stage t starts, i.e. after the frees that follow stage t-1's
+    last compute (:func:`plan_from_ops` reads them before those frees, which would count a node
+    freed right after its last use as kept into the next stage)."""
+    held: set[int] = set()
+    S: list[frozenset[int]] = [frozenset()]
+    seen: set[int] = set()
+    closing = False
+    for name, v in ops:
+        if name == "compute" and closing:
+            S.append(frozenset(held))
+            closing = False
+        if name == "free":
+            held.discard(v)
+            continue
+        held.add(v)
+        if v not in seen:
+            seen.add(v)
+            closing = True
+    return tuple(S[: profile.size])
 
 
 STRATEGY = Strategy(
