@@ -72,7 +72,9 @@ def live_flat(profile, budget: int, limit: float) -> dict:
 
 
 def point(graph: str, percent: float, ilp_limit: float | None) -> dict:
-    profile = load_profile(ROOT / "examples" / f"graph_{graph}.json")
+    path = Path(graph) if graph.endswith(".json") else ROOT / "examples" / f"graph_{graph}.json"
+    graph = path.stem.removeprefix("graph_")
+    profile = load_profile(path)
     store_all = plan_peak(profile, store_all_plan(profile))
     budget = int(store_all * percent / 100)
     base = profile.store_all_compute_ms
@@ -99,6 +101,20 @@ def point(graph: str, percent: float, ilp_limit: float | None) -> dict:
     return row
 
 
+def markdown(row: dict) -> str:
+    """The row for docs/strategies.md's table."""
+
+    def pct(x):
+        return "—" if x is None else f"{100 * x:+.2f}%"
+
+    over = pct(row["compute_ms"] / row["store_all_ms"] - 1) if "compute_ms" in row else "infeasible"
+    flat = row.get("flat") or {}
+    flat_over = pct(flat["best_ms"] / row["store_all_ms"] - 1) if flat.get("best_ms") else "—"
+    cells = [row["graph"], f"{row['budget_percent']:.0f}%", over, f"{row['seconds']:.2f}", flat_over]
+    cells += [pct(row.get("vs_flat_best")), pct(row.get("vs_flat_bound"))]
+    return "| " + " | ".join(cells) + " |"
+
+
 def show(row: dict) -> str:
     def pct(x):
         return "—" if x is None else f"{100 * x:+.2f}%"
@@ -114,7 +130,7 @@ def show(row: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--graphs", default="vgg16,unet,mobilenetv2,resnet50")
+    parser.add_argument("--graphs", default="vgg16,unet,mobilenetv2,resnet50", help="names in examples/ or .json paths")
     parser.add_argument("--budgets", default="50,70,85,90", help="percent of the store-all peak")
     parser.add_argument("--ilp-limit", type=float, default=None, help="run the ILP here where the file lacks a point")
     args = parser.parse_args()
@@ -128,6 +144,7 @@ def main() -> None:
             row = point(graph, percent, args.ilp_limit)
             data["runs"].append(row)
             print(show(row), flush=True)
+    print("\n".join(markdown(row) for row in data["runs"]))
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "hierarchical_vs_ilp.json").write_text(json.dumps(data, indent=1) + "\n")
 

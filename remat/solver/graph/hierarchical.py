@@ -14,16 +14,18 @@ Three steps (issue 12, item 2; Rockmate's structure, Zhao et al. ICML 2023):
 
 **What it guarantees.** Every schedule is valid and within the budget (checked by the one
 simulator, which also confirms the claimed peak and time). Among the schedules that (a) run each
-block's forward whole, as one chain stage (no forward recomputation that crosses a block
-boundary other than from a kept block output), (b) record each block with one of its options,
-and (c) are persistent at the block level (a kept block output is dropped only after the
-backward that uses it), the one returned is the fastest up to the DP's memory discretization
-(``slots`` levels of the budget, default :data:`SLOTS`). The block options are exhaustive over
-*what to keep* for blocks of at most ``EXHAUSTIVE_NODES`` forward nodes, and cover two fixed
-recomputation policies, so it is not optimal over every schedule: the flat ``ilp`` may be faster
-(measured in docs/strategies.md). The smallest budget it can meet is computed exactly (in bytes,
-no discretization) by the same recurrence minimising the peak; below it, it refuses with that
-number. At or above the store-all peak it returns store-all, which nothing beats.
+block's forward whole, as one chain stage, (b) record each block, or each run of up to
+:data:`MERGE` consecutive blocks taken as one, with one of its options, and (c) are persistent at
+that level (a kept block output is dropped only after the backward that uses it), the one returned
+is the fastest up to the DP's memory discretization (``slots`` levels of the budget, default
+:data:`SLOTS`); tests/test_hierarchical.py checks it against a brute force over exactly those
+schedules with one-byte slots. The block options are exhaustive over *what to keep* for blocks
+of at most ``EXHAUSTIVE_NODES + 1`` forward nodes and cover two fixed recomputation policies, so
+it is not optimal over every schedule: the flat ``ilp`` may be faster (measured in
+docs/strategies.md). The smallest budget it can meet is computed exactly (in bytes, no
+discretization) by the same recurrence minimising the peak; below it, it refuses with that
+number, and from it up it always returns a schedule. At or above the store-all peak it returns
+store-all, which nothing beats.
 
 Units: bytes and milliseconds.
 """

@@ -22,7 +22,8 @@ in a schedule the op runs.
 
 Which K: every subset of the block's forward nodes besides ``c_i`` when there are at most
 :data:`EXHAUSTIVE_NODES` of them (so the block's options are exhaustive over what to keep),
-otherwise the growing prefixes of two orders (most milliseconds per byte first, smallest first).
+otherwise :data:`PREFIX_POINTS` + 1 evenly spaced prefixes of two orders (most milliseconds per
+byte first, smallest first).
 Options dominated in (saved, forward excess, backward excess, backward ms) are dropped.
 
 Units: bytes and milliseconds.
@@ -39,6 +40,8 @@ from remat.solver.graph.blocks import Block, Blocks
 
 EXHAUSTIVE_NODES = 9  # 2**9 kept sets x 2 policies per block at most
 MAX_MERGED_SETS = 256  # kept sets tried for a run of merged blocks
+MAX_MERGED_WORK = 400_000  # kept sets x nodes**2: a merged run's walks take about as many microseconds
+PREFIX_POINTS = 16  # prefix lengths per order tried for a block past EXHAUSTIVE_NODES
 NO_PEAK = -(1 << 62)  # the excess of an op list that computes nothing
 
 
@@ -195,8 +198,10 @@ def _kept_sets(profile: GraphProfile, fwd: tuple[int, ...]) -> Iterable[frozense
     nodes = profile.nodes
     dense = sorted(others, key=lambda v: (-nodes[v].time_ms / max(1, nodes[v].size), v))
     small = sorted(others, key=lambda v: (nodes[v].size, v))
+    m = len(others)
+    lengths = sorted({round(m * k / PREFIX_POINTS) for k in range(PREFIX_POINTS + 1)})
     for order in (dense, small):
-        for r in range(len(order) + 1):
+        for r in lengths:
             yield frozenset((*order[:r], out))
 
 
@@ -262,7 +267,8 @@ def merged_kept_sets(blocks: Blocks, parts: list[BlockModel], s: int) -> list[fr
     count = 2 ** len(inner)
     for c in choices:
         count *= len(c)
-    if count > MAX_MERGED_SETS:
+    nodes = sum(len(b.forward) + len(b.backward) for b in blocks.blocks[s : s + len(parts)])
+    if count > MAX_MERGED_SETS or count * nodes**2 > MAX_MERGED_WORK:
         return None
     found: dict[frozenset[int], None] = {}
     for combo in itertools.product(*choices):
