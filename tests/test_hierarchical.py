@@ -210,6 +210,21 @@ def test_random_dags_never_beat_the_true_optimum(seed, n):
         assert optimum is not None and ms >= optimum - 1e-9
 
 
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), blocks=st.integers(2, 6), fraction=st.floats(0.0, 0.9))
+def test_warm_start_plan_is_a_valid_rs_plan_of_the_same_cost(seed, blocks, fraction):
+    profile = autograd_graph(seed, blocks)
+    low, high = hierarchical.least_budget(profile), store_all_peak(profile)
+    budget = int(low + fraction * (high - low))
+    schedule = solve(profile, budget, "hierarchical")
+    plan = hierarchical.hierarchical_plan(profile, budget)
+    assert plan is not None  # autograd-ordered graphs: backward nodes are first computed in index order
+    plan.check(profile)
+    assert plan_peak(profile, plan) <= schedule.predicted.peak_memory
+    assert plan.cost_ms(profile) == pytest.approx(schedule.predicted.compute_ms)
+    assert hierarchical.hierarchical_plan(profile, low - 1) is None
+
+
 def test_budget_monotone_on_an_autograd_graph():
     profile = autograd_graph(11, blocks=6)
     low, high = hierarchical.least_budget(profile), store_all_peak(profile)
