@@ -9,6 +9,8 @@ for the points the file lacks. Prints a table and writes benchmarks/results/hier
 with the machine it ran on.
 
     python benchmarks/hierarchical_vs_ilp.py --graphs vgg16,unet,mobilenetv2,resnet50 --budgets 50,70,85,90
+    python benchmarks/hierarchical_vs_ilp.py --graphs /tmp/graph_vit_b_16.json --ilp-limit 60 \
+        --out hierarchical_vs_ilp_generated.json
 
 Times are wall-clock seconds on whatever machine runs this (the JSON records its load).
 """
@@ -133,6 +135,7 @@ def main() -> None:
     parser.add_argument("--graphs", default="vgg16,unet,mobilenetv2,resnet50", help="names in examples/ or .json paths")
     parser.add_argument("--budgets", default="50,70,85,90", help="percent of the store-all peak")
     parser.add_argument("--ilp-limit", type=float, default=None, help="run the ILP here where the file lacks a point")
+    parser.add_argument("--out", default="hierarchical_vs_ilp.json", help="file name in benchmarks/results/")
     args = parser.parse_args()
     data = {"machine": machine_info.machine("2-core machine shared with other sessions: times are noisy")}
     data["command"] = " ".join(sys.argv)
@@ -146,7 +149,7 @@ def main() -> None:
             print(show(row), flush=True)
     print("\n".join(markdown(row) for row in data["runs"]))
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "hierarchical_vs_ilp.json").write_text(json.dumps(data, indent=1) + "\n")
+    (RESULTS / args.out).write_text(json.dumps(data, indent=1) + "\n")
 
 
 if __name__ == "__main__":
