@@ -68,7 +68,7 @@ def _solved(profile: GraphProfile, merge: int = MERGE) -> Solved:
         for span in range(2, merge + 1):
             for s in range(n - span + 1):
                 parts = [models[(k, k + 1)] for k in range(s, s + span)]
-                kept_sets = merged_kept_sets(blocks, parts, s)
+                kept_sets = merged_kept_sets(profile, blocks, parts, s)
                 if kept_sets is not None:
                     models[(s, s + span)] = block_model(profile, blocks, s, s + span, kept_sets)
         options = tuple(

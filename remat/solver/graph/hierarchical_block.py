@@ -23,7 +23,7 @@ in a schedule the op runs.
 Which K: every subset of the block's forward nodes besides ``c_i`` when there are at most
 :data:`EXHAUSTIVE_NODES` of them (so the block's options are exhaustive over what to keep),
 otherwise :data:`PREFIX_POINTS` + 1 evenly spaced prefixes of two orders (most milliseconds per
-byte first, smallest first).
+byte first, smallest first) and every k-th node for k up to :data:`MAX_STRIDE` (a few offsets).
 Options dominated in (saved, forward excess, backward excess, backward ms) are dropped.
 
 Units: bytes and milliseconds.
@@ -32,6 +32,7 @@ Units: bytes and milliseconds.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -39,9 +40,11 @@ from remat.schedules import GraphProfile, Op
 from remat.solver.graph.blocks import Block, Blocks
 
 EXHAUSTIVE_NODES = 9  # 2**9 kept sets x 2 policies per block at most
-MAX_MERGED_SETS = 256  # kept sets tried for a run of merged blocks
-MAX_MERGED_WORK = 400_000  # kept sets x nodes**2: a merged run's walks take about as many microseconds
+MAX_MERGED_SETS = 128  # kept sets tried for a run of merged blocks
+MAX_MERGED_WORK = 200_000  # kept sets x nodes**2: a merged run's walks take about as many microseconds
 PREFIX_POINTS = 16  # prefix lengths per order tried for a block past EXHAUSTIVE_NODES
+MAX_STRIDE = 16  # and every k-th node for k up to this
+MAX_BLOCK_WORK = 800_000  # kept sets x nodes**2 of one block's walks (about microseconds)
 NO_PEAK = -(1 << 62)  # the excess of an op list that computes nothing
 
 
@@ -203,6 +206,10 @@ def _kept_sets(profile: GraphProfile, fwd: tuple[int, ...]) -> Iterable[frozense
     for order in (dense, small):
         for r in lengths:
             yield frozenset((*order[:r], out))
+    # every k-th node (a few offsets): short recomputation runs, as Chen's segments inside the block
+    for k in range(2, min(m, MAX_STRIDE) + 1):
+        for offset in range(0, k, max(1, k // 3)):
+            yield frozenset((*others[offset::k], out))
 
 
 def _pareto(options: list[BlockOption]) -> tuple[BlockOption, ...]:
@@ -244,7 +251,10 @@ def block_model(
     block, source, grads_out = merged(blocks, s, s + 1 if u is None else u)
     size = [node.size for node in profile.nodes]
     options = []
-    for kept in _kept_sets(profile, block.forward) if kept_sets is None else kept_sets:
+    nodes = len(block.forward) + len(block.backward)
+    candidates = _kept_sets(profile, block.forward) if kept_sets is None else kept_sets
+    # the walks cost about nodes**2 each: a big block tries its first sets only (prefixes first)
+    for kept in itertools.islice(candidates, max(1, MAX_BLOCK_WORK // nodes**2)):
         forward = _forward(profile, block.forward, kept)
         for lean in (False, True):
             backward = _Backward(profile, block, grads_out, kept, lean).run()
@@ -258,18 +268,28 @@ def block_model(
     )
 
 
-def merged_kept_sets(blocks: Blocks, parts: list[BlockModel], s: int) -> list[frozenset[int]] | None:
+def merged_kept_sets(
+    profile: GraphProfile, blocks: Blocks, parts: list[BlockModel], s: int
+) -> list[frozenset[int]] | None:
     """Kept sets of blocks ``s..s+len(parts)-1`` merged: one Pareto kept set of each part, with
     each inner cut kept or dropped (dropping one is what merging adds: the next part's backward
-    recomputes its input); None when that is more than :data:`MAX_MERGED_SETS`."""
-    choices = [sorted({o.kept for o in part.options}, key=sorted) for part in parts]
+    recomputes its input). Where that is more than :data:`MAX_MERGED_SETS` (or the walks would
+    pass :data:`MAX_MERGED_WORK`), the parts with the most kept sets are thinned to evenly spaced
+    ones by bytes (the largest always stays); None if even one set per part is too many."""
+    size = [node.size for node in profile.nodes]
+    choices = [
+        sorted({o.kept for o in part.options}, key=lambda k: (sum(size[v] for v in k), sorted(k))) for part in parts
+    ]
     inner = [blocks.blocks[s + k].output for k in range(len(parts) - 1)]
-    count = 2 ** len(inner)
-    for c in choices:
-        count *= len(c)
     nodes = sum(len(b.forward) + len(b.backward) for b in blocks.blocks[s : s + len(parts)])
-    if count > MAX_MERGED_SETS or count * nodes**2 > MAX_MERGED_WORK:
+    limit = min(MAX_MERGED_SETS, MAX_MERGED_WORK // nodes**2) // 2 ** len(inner)
+    if limit < 1:
         return None
+    while math.prod(len(c) for c in choices) > limit:
+        widest = max(range(len(choices)), key=lambda k: len(choices[k]))
+        c = choices[widest]
+        keep = max(1, len(c) // 2)
+        choices[widest] = [c[-1]] if keep == 1 else [c[round(i * (len(c) - 1) / (keep - 1))] for i in range(keep)]
     found: dict[frozenset[int], None] = {}
     for combo in itertools.product(*choices):
         union = frozenset().union(*combo)
