@@ -23,8 +23,10 @@ in a schedule the op runs.
 Which K: every subset of the block's forward nodes besides ``c_i`` when there are at most
 :data:`EXHAUSTIVE_NODES` of them (so the block's options are exhaustive over what to keep),
 otherwise :data:`PREFIX_POINTS` + 1 evenly spaced prefixes of two orders (most milliseconds per
-byte first, smallest first) and every k-th node for k up to :data:`MAX_STRIDE` (a few offsets).
-Options dominated in (saved, forward excess, backward excess, backward ms) are dropped.
+byte first, smallest first) and every k-th node for k up to :data:`MAX_STRIDE` (a few offsets),
+as many of these, in this order, as :data:`MAX_BLOCK_WORK` allows. A run of consecutive blocks
+solved as one (:func:`merged_kept_sets`) combines its parts' kept sets. Options dominated in
+(saved, forward excess, backward excess, backward ms) are dropped.
 
 Units: bytes and milliseconds.
 """
