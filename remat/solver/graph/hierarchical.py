@@ -125,7 +125,8 @@ def solve(profile: GraphProfile, budget: int, slots: int = SLOTS) -> Schedule:
         detail = f"the least peak of its schedules over {count} blocks"
         raise InfeasibleBudgetError(NAME, budget, min(lowest, plan_peak(profile, store_all)), detail)
     candidates = [("least-peak", lowest_ops)]
-    found = read_ops(chain, fill(chain, budget, slots))
+    table = fill(chain, budget, slots)
+    found = read_ops(chain, table)
     if found is not None:
         candidates.insert(0, ("dp", found))
     fitting = [(walk(chain, ops), source, ops) for source, ops in candidates]
@@ -135,7 +136,7 @@ def solve(profile: GraphProfile, budget: int, slots: int = SLOTS) -> Schedule:
         "source": source,
         "blocks": count,
         "options": [len(o) for o in solved.options],
-        "slots": slots,
+        "slots": table.levels,
     }
     return make_schedule(profile, budget, NAME, expand(solved, ops), ms, peak, extra)
 

@@ -44,6 +44,7 @@ import numpy as np
 from remat.solver.graph.hierarchical_block import NO_PEAK, BlockModel
 
 CHECK = 1 << 20  # decisions >= CHECK: checkpoint at j = decision - CHECK; else record option
+MAX_CELLS = 16_000_000  # segments x levels: 16 bytes each (cost and decision), ~256 MB at most
 
 
 @dataclass(frozen=True)
@@ -121,8 +122,10 @@ def _groups(chain: Chain, s: int, prefix: list[float]) -> dict[int, tuple[np.nda
 
 
 def fill(chain: Chain, budget: int, slots: int) -> Table:
-    """The table for ``budget`` bytes in at most ``slots`` levels."""
+    """The table for ``budget`` bytes in at most ``slots`` levels (fewer where the table would
+    pass :data:`MAX_CELLS` cells: one array of levels per segment)."""
     n = chain.n
+    slots = max(1, min(slots, MAX_CELLS // (n * (n + 1) // 2) - 1))
     slot = max(1, _up(budget, slots))
     K = budget // slot
     ks = np.arange(K + 1)
