@@ -509,7 +509,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=integer_at_least(1),
         help="revolve: force this many checkpoint slots (the input's included)",
     )
-    solve.add_argument("--slots", type=integer_at_least(1), help="optimal: memory discretization levels (default 500)")
+    solve.add_argument(
+        "--slots",
+        type=integer_at_least(1),
+        help="optimal (default 500), hierarchical (1000): memory discretization levels",
+    )
     solve.add_argument("--time-limit", type=seconds, help=f"ilp, lp-rounding: {TIME_LIMIT_HELP} (ilp default 60)")
     solve.add_argument("-o", "--output", type=output_file, help="write the schedule JSON here")
     solve.set_defaults(func=_cmd_solve)

@@ -19,7 +19,7 @@ from remat.solver.chain import (
 )
 from remat.solver.common import Strategy
 from remat.solver.graph import baselines as graph_baselines
-from remat.solver.graph import ilp, lp_rounding
+from remat.solver.graph import hierarchical, ilp, lp_rounding
 
 _ALL: tuple[Strategy, ...] = (
     store_all.STRATEGY,
@@ -34,6 +34,7 @@ _ALL: tuple[Strategy, ...] = (
     graph_baselines.CHEN_GREEDY,
     ilp.STRATEGY,
     lp_rounding.STRATEGY,
+    hierarchical.STRATEGY,
 )
 
 STRATEGIES: dict[tuple[str, str], Strategy] = {(s.kind, s.name): s for s in _ALL}

@@ -1,0 +1,156 @@
+"""The hierarchical graph solver against the flat ILP: step time, distance to the ILP's best and
+to its proven bound, and solve seconds, on the bundled model graphs.
+
+For each graph (examples/graph_<name>.json) and budget (percent of its store-all peak) it runs
+``hierarchical`` and takes the flat side from benchmarks/results/ilp_speed.json (the best of
+``ilp`` and ``lp-rounding`` at the time limit recorded there, and the largest proven lower bound)
+when that file has the point; with ``--ilp-limit S`` it runs ``ilp`` itself (S seconds per point)
+for the points the file lacks. Prints a table and writes benchmarks/results/hierarchical_vs_ilp.json
+with the machine it ran on.
+
+    python benchmarks/hierarchical_vs_ilp.py --graphs vgg16,unet,mobilenetv2,resnet50 --budgets 50,70,85,90
+    python benchmarks/hierarchical_vs_ilp.py --graphs /tmp/graph_vit_b_16.json --ilp-limit 60 \
+        --out hierarchical_vs_ilp_generated.json
+
+Times are wall-clock seconds on whatever machine runs this (the JSON records its load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
+
+from remat.schedules import RematError, load_profile  # noqa: E402
+from remat.solver import solve  # noqa: E402
+from remat.solver.graph.baselines import store_all_plan  # noqa: E402
+from remat.solver.graph.stages import plan_peak  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def recorded_flat(graph: str, percent: float) -> dict | None:
+    """The flat solvers' best cost (ms), best bound (ms) and time limit at this point in
+    ilp_speed.json, or None."""
+    path = RESULTS / "ilp_speed.json"
+    if not path.exists():
+        return None
+    for run in json.loads(path.read_text())["runs"]:
+        if run["graph"] != graph or run["budget_percent"] != percent:
+            continue
+        found = [r for r in run["results"] if r["strategy"] in ("ilp", "lp-rounding") and "compute_ms" in r]
+        if not found:
+            return {"best_ms": None, "bound_ms": None, "source": "ilp_speed.json (no flat schedule)"}
+        best = min(found, key=lambda r: r["compute_ms"])
+        bound = max(r.get("lower_bound_ms") or 0.0 for r in found)
+        limit = max(r.get("time_limit", 60.0) for r in found if r["strategy"] == "ilp") if found else None
+        return {
+            "best_ms": best["compute_ms"],
+            "best_strategy": best["strategy"],
+            "bound_ms": bound,
+            "source": f"ilp_speed.json ({limit:g} s ILP)",
+        }
+    return None
+
+
+def live_flat(profile, budget: int, limit: float) -> dict:
+    try:
+        schedule = solve(profile, budget, "ilp", time_limit=limit)
+    except RematError as error:
+        return {"best_ms": None, "bound_ms": None, "source": f"ilp {limit:g} s here: {error}"}
+    return {
+        "best_ms": schedule.predicted.compute_ms,
+        "best_strategy": "ilp",
+        "bound_ms": schedule.extra.get("lower_bound_ms"),
+        "source": f"ilp {limit:g} s here",
+    }
+
+
+def point(graph: str, percent: float, ilp_limit: float | None) -> dict:
+    path = Path(graph) if graph.endswith(".json") else ROOT / "examples" / f"graph_{graph}.json"
+    graph = path.stem.removeprefix("graph_")
+    profile = load_profile(path)
+    store_all = plan_peak(profile, store_all_plan(profile))
+    budget = int(store_all * percent / 100)
+    base = profile.store_all_compute_ms
+    row = {"graph": graph, "nodes": profile.size, "budget_percent": percent, "budget": budget, "store_all_ms": base}
+    start = time.perf_counter()
+    try:
+        schedule = solve(profile, budget, "hierarchical")
+        row |= {
+            "compute_ms": schedule.predicted.compute_ms,
+            "peak_memory": schedule.predicted.peak_memory,
+            "blocks": schedule.extra.get("blocks"),
+        }
+    except RematError as error:
+        row["error"] = str(error)
+    row["seconds"] = round(time.perf_counter() - start, 3)
+    flat = recorded_flat(graph, percent)
+    if flat is None and ilp_limit:
+        flat = live_flat(profile, budget, ilp_limit)
+    row["flat"] = flat
+    if flat and flat.get("best_ms") and "compute_ms" in row:
+        row["vs_flat_best"] = row["compute_ms"] / flat["best_ms"] - 1
+    if flat and flat.get("bound_ms") and "compute_ms" in row:
+        row["vs_flat_bound"] = row["compute_ms"] / flat["bound_ms"] - 1
+    return row
+
+
+def markdown(row: dict) -> str:
+    """The row for docs/strategies.md's table."""
+
+    def pct(x):
+        return "—" if x is None else f"{100 * x:+.2f}%"
+
+    over = pct(row["compute_ms"] / row["store_all_ms"] - 1) if "compute_ms" in row else "infeasible"
+    flat = row.get("flat") or {}
+    flat_over = pct(flat["best_ms"] / row["store_all_ms"] - 1) if flat.get("best_ms") else "—"
+    cells = [row["graph"], f"{row['budget_percent']:.0f}%", over, f"{row['seconds']:.2f}", flat_over]
+    cells += [pct(row.get("vs_flat_best")), pct(row.get("vs_flat_bound"))]
+    return "| " + " | ".join(cells) + " |"
+
+
+def show(row: dict) -> str:
+    def pct(x):
+        return "—" if x is None else f"{100 * x:+.2f}%"
+
+    over = pct(row["compute_ms"] / row["store_all_ms"] - 1) if "compute_ms" in row else "infeasible"
+    flat = row.get("flat") or {}
+    flat_over = pct(flat["best_ms"] / row["store_all_ms"] - 1) if flat.get("best_ms") else "—"
+    return (
+        f"{row['graph']:<12} {row['budget_percent']:>4.0f}%  {over:>10}  {row['seconds']:>6.2f} s"
+        f"  {flat_over:>10}  {pct(row.get('vs_flat_best')):>9}  {pct(row.get('vs_flat_bound')):>9}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--graphs", default="vgg16,unet,mobilenetv2,resnet50", help="names in examples/ or .json paths")
+    parser.add_argument("--budgets", default="50,70,85,90", help="percent of the store-all peak")
+    parser.add_argument("--ilp-limit", type=float, default=None, help="run the ILP here where the file lacks a point")
+    parser.add_argument("--out", default="hierarchical_vs_ilp.json", help="file name in benchmarks/results/")
+    args = parser.parse_args()
+    data = {"machine": machine_info.machine("2-core machine shared with other sessions: times are noisy")}
+    data["command"] = " ".join(sys.argv)
+    data["runs"] = []
+    head = f"{'graph':<12} {'budget':>5}  {'hier step':>10}  {'seconds':>8}  {'flat best':>10}"
+    print(head + f"  {'vs best':>9}  {'vs bound':>9}")
+    for graph in args.graphs.split(","):
+        for percent in (float(b) for b in args.budgets.split(",")):
+            row = point(graph, percent, args.ilp_limit)
+            data["runs"].append(row)
+            print(show(row), flush=True)
+    print("\n".join(markdown(row) for row in data["runs"]))
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / args.out).write_text(json.dumps(data, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

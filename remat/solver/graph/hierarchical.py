@@ -1,0 +1,194 @@
+"""``hierarchical``: cut the graph into blocks, solve each block, choose among them by a chain DP.
+
+Three steps (issue 12, item 2; Rockmate's structure, Zhao et al. ICML 2023):
+
+1. Cut the graph at the forward graph's articulation points into a chain of blocks
+   (:mod:`remat.solver.graph.blocks`: which forward and backward nodes form each block, what its
+   input ``c_{i-1}``, output ``c_i`` and gradients ``G_{i+1}`` / ``G_i`` are, and why the chain
+   semantics then hold exactly).
+2. Solve each block on its own into a Pareto set of recording options (memory vs time):
+   which of its forward outputs to keep for its backward, and how its backward recomputes the
+   rest (:mod:`remat.solver.graph.hierarchical_block`).
+3. Run a multi-option chain DP over the blocks (:mod:`remat.solver.graph.hierarchical_dp`) and
+   expand its block-level ops back into graph compute/free ops.
+
+**What it guarantees.** Every schedule is valid and within the budget (checked by the one
+simulator, which also confirms the claimed peak and time). Among the schedules that (a) run each
+block's forward whole, as one chain stage, (b) record each block, or each run of up to
+:data:`MERGE` consecutive blocks taken as one, with one of its options, and (c) are persistent at
+that level (a kept block output is dropped only after the backward that uses it), the one returned
+is the fastest up to the DP's memory discretization (``slots`` levels of the budget, default
+:data:`SLOTS`); tests/test_hierarchical.py checks it against a brute force over exactly those
+schedules with one-byte slots. The block options are exhaustive over *what to keep* for blocks
+of at most ``EXHAUSTIVE_NODES + 1`` forward nodes and cover two fixed recomputation policies, so
+it is not optimal over every schedule: the flat ``ilp`` may be faster (measured in
+docs/strategies.md). The smallest budget it can meet is computed exactly (in bytes, no
+discretization) by the same recurrence minimising the peak; below it, it refuses with that
+number, and from it up it always returns a schedule. At or above the store-all peak it returns
+store-all, which nothing beats.
+
+Units: bytes and milliseconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from remat.schedules import GraphProfile, InfeasibleBudgetError, Op, RematError, Schedule
+from remat.solver.common import ProfileCache, SolverBug, Strategy, make_schedule, require_graph
+from remat.solver.deadline import Deadline
+from remat.solver.graph.baselines import store_all_plan
+from remat.solver.graph.blocks import Blocks, cut_blocks
+from remat.solver.graph.hierarchical_block import BlockModel, BlockOption, block_model, merged_kept_sets
+from remat.solver.graph.hierarchical_dp import Chain, chain_of, fill, least_peak, read_ops, walk
+from remat.solver.graph.stages import StagePlan, plan_from_ops, plan_ops, plan_peak
+
+NAME = "hierarchical"
+SLOTS = 1000
+MERGE = 3  # runs of up to this many blocks are also solved as one block (their options join the DP)
+_CACHE = ProfileCache(size=4)
+
+
+@dataclass(frozen=True)
+class Solved:
+    """A graph's blocks, the models of every run of at most :data:`MERGE` consecutive blocks, the
+    DP's numbers, and per block s the options in the DP's order (each with the block it ends at)."""
+
+    blocks: Blocks
+    models: dict[tuple[int, int], BlockModel]
+    chain: Chain
+    options: tuple[tuple[BlockOption, ...], ...]
+
+
+def _solved(profile: GraphProfile, merge: int = MERGE) -> Solved:
+    def compute() -> Solved:
+        blocks = cut_blocks(profile)
+        n = len(blocks.blocks)
+        models = {(s, s + 1): block_model(profile, blocks, s) for s in range(n)}
+        for span in range(2, merge + 1):
+            for s in range(n - span + 1):
+                parts = [models[(k, k + 1)] for k in range(s, s + span)]
+                kept_sets = merged_kept_sets(profile, blocks, parts, s)
+                if kept_sets is not None:
+                    models[(s, s + span)] = block_model(profile, blocks, s, s + span, kept_sets)
+        options = tuple(
+            tuple(o for (start, _), m in sorted(models.items()) if start == s for o in m.options) for s in range(n)
+        )
+        return Solved(blocks, models, chain_of(models), options)
+
+    return _CACHE.get(profile, ("blocks", merge), compute)
+
+
+def expand(solved: Solved, ops: list[tuple]) -> list[Op]:
+    """Graph ops of block-level ops (each block op is its block's run; ``Fn`` and ``drop`` free
+    the block input that the chain op releases)."""
+    out: list[Op] = []
+    for op in ops:
+        name, i = op[0], op[1]
+        if name in ("Fck", "Fn"):
+            out += solved.models[(i, i + 1)].nograd.ops
+            if name == "Fn":
+                out.append(("free", solved.blocks.input_node(i)))
+        elif name == "Fall":
+            out += solved.options[i][op[2]].forward.ops
+        elif name == "B":
+            out += solved.options[i][op[2]].backward.ops
+        else:
+            out.append(("free", solved.blocks.input_node(i)))
+    return out
+
+
+def least_budget(profile: GraphProfile) -> int:
+    """The smallest budget (bytes) this strategy can meet: the least peak of its block schedules,
+    or store-all's peak if that is lower."""
+    return min(least_peak(_solved(profile).chain)[0], plan_peak(profile, store_all_plan(profile)))
+
+
+def solve(profile: GraphProfile, budget: int, slots: int = SLOTS) -> Schedule:
+    """The fastest block schedule within ``budget`` bytes (see the module docstring for what
+    that is optimal among); raises :class:`InfeasibleBudgetError` with the exact smallest budget
+    it can meet."""
+    profile = require_graph(profile, NAME)
+    slots = int(slots)
+    if slots < 1:
+        raise RematError(f"strategy '{NAME}': slots must be at least 1, got {slots}")
+    solved = _solved(profile)  # refuses a graph it cannot cut, whatever the budget
+    store_all = store_all_plan(profile)
+    if plan_peak(profile, store_all) <= budget:
+        ops = plan_ops(profile, store_all)
+        extra = {"source": "store-all", "gap": 0.0, "lower_bound_ms": profile.store_all_compute_ms}
+        peak = plan_peak(profile, store_all)
+        return make_schedule(profile, budget, NAME, ops, store_all.cost_ms(profile), peak, extra)
+    chain, count = solved.chain, len(solved.blocks.blocks)
+    lowest, lowest_ops = least_peak(chain)
+    if lowest > budget:
+        detail = f"the least peak of its schedules over {count} blocks"
+        raise InfeasibleBudgetError(NAME, budget, min(lowest, plan_peak(profile, store_all)), detail)
+    candidates = [("least-peak", lowest_ops)]
+    table = fill(chain, budget, slots)
+    found = read_ops(chain, table)
+    if found is not None:
+        candidates.insert(0, ("dp", found))
+    fitting = [(walk(chain, ops), source, ops) for source, ops in candidates]
+    fitting = [item for item in fitting if item[0][0] <= budget]
+    (peak, ms), source, ops = min(fitting, key=lambda item: item[0][1])
+    extra = {
+        "source": source,
+        "blocks": count,
+        "options": [len(o) for o in solved.options],
+        "slots": table.levels,
+    }
+    return make_schedule(profile, budget, NAME, expand(solved, ops), ms, peak, extra)
+
+
+def hierarchical_plan(profile: GraphProfile, budget: int, deadline: Deadline | None = None) -> StagePlan | None:
+    """The hierarchical schedule within ``budget`` bytes as a frontier-advancing R/S plan (e.g. an
+    ILP warm start), or None: infeasible budget, a graph it cannot cut, ``deadline`` already
+    passed, or ops not in frontier-advancing form. The plan's peak (Checkmate's implied frees,
+    never later than ours) is at most the schedule's."""
+    if deadline is not None and deadline.left() <= 0:
+        return None
+    try:
+        schedule = solve(profile, budget)
+    except RematError:
+        return None
+    plan = plan_from_ops(profile, schedule.ops)
+    if plan is None:
+        return None
+    plan = StagePlan(plan.R, _held_into_stages(profile, schedule.ops))
+    plan.check(profile)
+    if plan_peak(profile, plan) > budget:
+        raise SolverBug(f"{NAME}: the R/S plan of its schedule peaks above the schedule")
+    return plan
+
+
+def _held_into_stages(profile: GraphProfile, ops) -> tuple[frozenset[int], ...]:
+    """S[t]: the nodes held when stage t starts, i.e. after the frees that follow stage t-1's
+    last compute (:func:`plan_from_ops` reads them before those frees, which would count a node
+    freed right after its last use as kept into the next stage)."""
+    held: set[int] = set()
+    S: list[frozenset[int]] = [frozenset()]
+    seen: set[int] = set()
+    closing = False
+    for name, v in ops:
+        if name == "compute" and closing:
+            S.append(frozenset(held))
+            closing = False
+        if name == "free":
+            held.discard(v)
+            continue
+        held.add(v)
+        if v not in seen:
+            seen.add(v)
+            closing = True
+    return tuple(S[: profile.size])
+
+
+STRATEGY = Strategy(
+    name=NAME,
+    kind="graph",
+    description="blocks at the articulation points, each solved into options, chosen among by a chain DP",
+    solve=solve,
+    options=("slots",),
+    reference="Zhao et al. 2023 (Rockmate); Beaumont et al. 2019 (rotor) for the chain DP",
+)
