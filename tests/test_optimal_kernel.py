@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from remat.schedules import ChainProfile, Stage
+from remat.solver.chain.optimal import minimum_budget
 from remat.solver.chain.optimal_table import STORE_ALL, build_table, slot_size
 from remat.solver.chain.store_all import store_all_peak
 
@@ -102,6 +103,16 @@ def test_kernel_equals_numpy_on_random_chains(seed):
 def test_kernel_equals_numpy_on_a_longer_chain():
     # 90 stages: long segments, where the kernel's pruning of split points is active
     assert assert_same_table(random_chain(90, 7, 1), 300) > 100_000
+
+
+def test_kernel_equals_numpy_near_the_minimum():
+    # 90 stages with a table just above the least memory: every level is far from store-all, the
+    # SA bound prunes little and the split-skip (a split's value at the band's top level against
+    # the best so far at its first level) and the whole-chunk relax loop do the pruning
+    profile = random_chain(90, 11, 1)
+    free = minimum_budget(profile) - profile.input_size
+    fraction = 1.3 * free / (store_all_peak(profile) - profile.input_size)
+    assert assert_same_table(profile, 250, fraction=fraction) > 10_000
 
 
 def test_kernel_on_one_stage_and_tiny_budgets():

@@ -81,30 +81,36 @@ def bounds(n, K, slot, A, G, SV, fwd_first, fwd_next, act, rec_fwd, rec_bwd, sav
 
 # One loop per split point: chosen[k] = min(chosen[k], right + (left + f32)) and dec[k] = j where it
 # improves, for k in [k0, k1). right is C(j, t, k - A_j), read from values[r_base + k] below k_r and
-# SA(j, t) from k_r on; left is C(s, j, k + G_t - A_j), read from values[l_base + k] below k_l and
-# constant from k_l on. The reads happen at every k and selects pick the constant (a read past a
-# run stays within W cells of it, inside the array's padding; _segment makes sure of it): one
-# branch-free loop that the compiler
-# vectorizes, instead of four loops with four set-ups and four scalar tails, which cost more than
-# the arithmetic for the ~40-250 levels of a typical split. The sums are formed exactly as before,
-# right + (left + f32). Indices are unsigned, so that no negative-index check blocks vectorization;
-# ties keep the earlier candidate.
+# SA(j, t) from k_r on; left is C(s, j, k + G_t - A_j), read from rows[l_base + k] (the same cells
+# stored row by row, see fill) below k_l and constant from k_l on. The reads happen at every k and
+# selects pick the constant (a read past a run stays within W + _CHUNK cells of it, inside the
+# arrays' padding; _segment makes sure of it): one branch-free loop that the compiler vectorizes,
+# instead of four loops with four set-ups and four scalar tails, which cost more than the
+# arithmetic for the ~40-250 levels of a typical split. Levels go in whole chunks of _CHUNK (one
+# vector each, no scalar tail), so up to _CHUNK - 1 levels past k1 are relaxed too: there every
+# read is still the right value (or a scratch level at or past W), and a level past the band
+# cannot improve (that is why it left the band), so nothing that is kept changes. The sums are
+# formed exactly as before, right + (left + f32). Indices are unsigned, so that no negative-index
+# check blocks vectorization; ties keep the earlier candidate.
 @njit_cached
-def _relax(ch, dc, k0, k1, values, r_base, k_r, r_const, l_base, k_l, l_const, f32, j16):
-    for k in range(k0, k1):
-        i = np.uint64(k)
-        right = values[np.uint64(r_base + k)]
-        right = r_const if k >= k_r else right
-        left = values[np.uint64(l_base + k)]
-        left = l_const if k >= k_l else left
-        c = right + (left + f32)
-        best = ch[i]
-        better = c < best
-        ch[i] = c if better else best
-        dc[i] = j16 if better else dc[i]
+def _relax(ch, dc, k0, k1, values, r_base, k_r, r_const, rows, l_base, k_l, l_const, f32, j16):
+    for first in range(k0, k1, _CHUNK):
+        for q in range(_CHUNK):
+            k = first + q
+            i = np.uint64(k)
+            right = values[np.uint64(r_base + k)]
+            right = r_const if k >= k_r else right
+            left = rows[np.uint64(l_base + k)]
+            left = l_const if k >= k_l else left
+            c = right + (left + f32)
+            best = ch[i]
+            better = c < best
+            ch[i] = c if better else best
+            dc[i] = j16 if better else dc[i]
 
 
 _ROWS = 16  # rows s filled together (see fill)
+_CHUNK = 16  # levels relaxed together (see _relax); 8 was twice as slow, 32 no faster
 
 
 @njit_cached
@@ -113,7 +119,9 @@ def _layout(n, W, lo, hi):
 
     A segment (s, t) reads the runs of (s+1, t) .. (t-1, t) one after the other, a stream the
     hardware prefetches; ``col[t, j]`` = (lo, hi, offset) of segment (j, t), so that walking j down
-    that column reads contiguous memory too."""
+    that column reads contiguous memory too. It also reads (s, s+1) .. (s, t-1), scattered over
+    the columns: ``row_offsets`` places a second copy of every run row by row (s outer, then t),
+    where those reads are one stream as well (it matters once a table is larger than the caches)."""
     offsets = np.zeros((n + 1, n + 1), dtype=np.int64)
     total = 0
     for t in range(1, n + 1):
@@ -122,13 +130,21 @@ def _layout(n, W, lo, hi):
             width = min(hi[s, t], W) - min(lo[s, t], W)
             if width > 0:
                 total += width
+    row_offsets = np.zeros((n + 1, n + 1), dtype=np.int64)
+    row_total = 0
+    for s in range(n):
+        for t in range(s + 1, n + 1):
+            row_offsets[s, t] = row_total
+            width = min(hi[s, t], W) - min(lo[s, t], W)
+            if width > 0:
+                row_total += width
     col = np.empty((n + 1, n + 1, 3), dtype=np.int64)
     for t in range(n + 1):
         for j in range(n + 1):
             col[t, j, 0] = lo[j, t]
             col[t, j, 1] = hi[j, t]
             col[t, j, 2] = offsets[j, t]
-    return offsets, col, total
+    return offsets, row_offsets, col, total
 
 
 @njit_cached(nogil=True)
@@ -145,12 +161,13 @@ def fill(n, K, A, G, SV, fwd_first, fwd_next, fcum, fb_cum, fb32, lo, hi, req1, 
     stages a table is larger than the caches). Each cell is computed exactly as in a row-by-row
     order, so the table does not depend on the block size."""
     W = K + 1
-    offsets, col, total = _layout(n, W, lo, hi)
-    values = np.zeros(total + 2 * W + 2, dtype=np.float32)  # padded: see _relax
+    offsets, row_offsets, col, total = _layout(n, W, lo, hi)
+    values = np.zeros(total + 2 * W + 2 + 2 * _CHUNK, dtype=np.float32)  # padded: see _relax
+    rows = np.zeros(total + 2 * W + 2 + 2 * _CHUNK, dtype=np.float32)
     decisions = np.empty(total, dtype=kind.dtype)
     top = np.full(W, np.inf)
-    work = np.empty(W, dtype=np.float32)
-    dec = np.empty(W, dtype=kind.dtype)
+    work = np.empty(W + _CHUNK, dtype=np.float32)
+    dec = np.empty(W + _CHUNK, dtype=kind.dtype)
     box = np.empty(1, dtype=kind.dtype)  # j converted to the decisions' type
     fwd_req = np.zeros((_ROWS, n + 1), dtype=np.int64)
     for s_hi in range(n - 1, -1, -_ROWS):
@@ -180,8 +197,10 @@ def fill(n, K, A, G, SV, fwd_first, fwd_next, fcum, fb_cum, fb32, lo, hi, req1, 
                     hi,
                     req1,
                     offsets,
+                    row_offsets,
                     col,
                     values,
+                    rows,
                     decisions,
                     work,
                     dec,
@@ -208,8 +227,10 @@ def _segment(
     hi,
     req1,
     offsets,
+    row_offsets,
     col,
     values,
+    rows,
     decisions,
     chosen,
     dec,
@@ -223,7 +244,7 @@ def _segment(
     and ties go to option 1, then to the smallest j, so the tables are identical."""
     W = K + 1
     inf = np.float32(np.inf)
-    pad = values.size - W - 1  # values[pad:] is padding, W + 1 cells or more
+    pad = values.size - W - 1 - _CHUNK  # values[pad:] is padding, W + 1 + _CHUNK cells or more
     start = min(lo[s, t], W)
     stop = min(hi[s, t], W)
     seg_all = fb_cum[t] - fb_cum[s]
@@ -255,6 +276,10 @@ def _segment(
         # band [kb, ke) of levels that can still improve only shrinks.
         kb = start
         ke = stop
+        # Every value is a float32 sum of at most 2n + 3 non-negative terms, within (2n + 3) * 2**-24
+        # of its exact value (relative); the split-skip below compares two such values after
+        # two uses of monotonicity, so 4 * (2n + 3) * 2**-24 would do: this is about 4 times that.
+        margin = max(1e-3, 32.0 * (n + 2) * 2.0**-24)
         for j in range(s + 1, t):
             f_sj = fcum[j] - fcum[s]
             if j > s + 1:
@@ -278,7 +303,7 @@ def _segment(
                 continue
             hi_r = col[t, j, 1]
             hi_l = hi[s, j]
-            off_l = offsets[s, j]
+            off_l = row_offsets[s, j]
             # C(j, t, k - A_j) is read from the stored run below k_r and is SA(j, t) from k_r on;
             # C(s, j, min(k + G_t - A_j, K)) likewise below k_l and constant (SA, or its value
             # at K when the clamp comes first) from k_l on.
@@ -289,20 +314,32 @@ def _segment(
                 l_const = np.float32(fb_cum[j] - fb_cum[s])
             else:
                 k_l = K + 1 + a_j - g_t
-                l_const = values[off_l + K - lo_l]
+                l_const = rows[off_l + K - lo_l]
             box[0] = j
             sa_r = np.float32(fb_cum[t] - fb_cum[j])
             f32 = np.float32(f_sj)
             k_r = hi_r + a_j
+            # Both parts only get cheaper with more memory, so the candidate at the band's top
+            # level bounds it at every lower level, and the best found so far is largest at the
+            # band's first level: when that is already below the bound, no level improves at j.
+            # The margin covers float32 rounding (see `margin`), so the skip is exact.
+            top_k = ke - 1
+            right_top = sa_r if top_k >= k_r else values[r_base + top_k]
+            left_top = l_const if top_k >= k_l else rows[l_base + top_k]
+            c_top = right_top + (left_top + f32)
+            if chosen[k0] <= c_top - margin * c_top:
+                continue
             k1 = ke
             if l_base + ke > pad:  # a large a_t: reads past the left run would leave the padding
                 k1 = min(max(k0, k_l), ke)
                 # from k1 on the left is constant: read (and discard) padding cells instead
-                _relax(chosen, dec, k1, ke, values, r_base, k_r, sa_r, pad - k1, k1, l_const, f32, box[0])
-            _relax(chosen, dec, k0, k1, values, r_base, k_r, sa_r, l_base, k_l, l_const, f32, box[0])
+                _relax(chosen, dec, k1, ke, values, r_base, k_r, sa_r, rows, pad - k1, k1, l_const, f32, box[0])
+            _relax(chosen, dec, k0, k1, values, r_base, k_r, sa_r, rows, l_base, k_l, l_const, f32, box[0])
         off = offsets[s, t]
+        row_off = row_offsets[s, t]
         for k in range(start, stop):
             values[off + k - start] = chosen[k]
+            rows[row_off + k - start] = chosen[k]
             decisions[off + k - start] = dec[k] if chosen[k] < inf else -1
     if s == 0 and t == n:
         for k in range(start):

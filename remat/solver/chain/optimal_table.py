@@ -57,10 +57,16 @@ cells for rows ``s`` in blocks of 16 from the last block up and, in each block, 
 and the block's rows from the bottom (every cell's inputs are then done, and each column's runs are
 read once per block), only for ``k`` in ``[lo, hi)``; those values (float32) and decisions (int16)
 are stored flat, one run per segment (runs ordered by ``t``, then ``s``), so reading ``C(j, t, x)``
-is a lookup: ``inf`` below ``lo``, ``SA`` from ``hi`` on, else the stored run. At each level a
-split point ``j`` is evaluated only while ``SA(s, t) + F(s, j)`` (a lower bound on any split at j,
-growing with j), lowered by a margin far above float32 rounding, is still below the best found
-there: no candidate the plain recurrence would choose is skipped. Sums are formed in float32 in the
+is a lookup: ``inf`` below ``lo``, ``SA`` from ``hi`` on, else the stored run (the values are
+also kept in a second, row-by-row copy while the table fills, so that a cell's reads of
+``C(s, j, .)`` for j = s+1, s+2, ... are one stream too). At each level a split point ``j`` is
+evaluated only while ``SA(s, t) + F(s, j)`` (a lower bound on any split at j, growing with j),
+lowered by a margin far above float32 rounding, is still below the best found there, and only
+if its value at the band's top level (a lower bound at every lower level, both parts being
+non-increasing in the memory) is, less such a margin, below the best so far at the band's first
+level (the largest there): no candidate the plain recurrence would choose is skipped. Levels
+are relaxed in whole chunks of 16; the few past the band get true candidate values that cannot
+improve them. Sums are formed in float32 in the
 same order as the numpy implementation this replaced (kept as a baseline in
 ``benchmarks/optimal_numpy.py``), ties go to option 1 and then to the smallest ``j``, and
 tests/test_optimal_kernel.py checks that both fill identical tables. After the fill only the

@@ -160,9 +160,10 @@ def chain_front(
     baselines = [name for name in strategies if name != "optimal"]
     collected: list[FrontPoint] = []
     # the DP's tables are filled in threads that release the GIL: the baselines are swept
-    # meanwhile (not with progress bars, which would interleave)
+    # meanwhile, with their progress bars only (the DP's would interleave with them)
+    background = "optimal" in strategies and (bool(baselines) or not progress)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        dp = pool.submit(optimal_front, profile, slots) if "optimal" in strategies and not progress else None
+        dp = pool.submit(optimal_front, profile, slots) if background else None
         if "optimal" in strategies and dp is None:
             collected.extend(optimal_front(profile, slots=slots, progress=progress))
         swept = [point for name in baselines for point in sweep_strategy(profile, name, budgets, progress=progress)]

@@ -34,6 +34,7 @@ forwards over store-all. When no c fits, the error states the smallest peak over
 
 from __future__ import annotations
 
+from functools import lru_cache
 from math import comb
 
 from remat.schedules import ChainProfile, InfeasibleBudgetError, Op, RematError, Schedule
@@ -67,10 +68,11 @@ def revolve_ops(length: int, slots: int) -> list[Op]:
     if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
         raise RematError(f"slots: must be a positive integer (a[0] takes one slot), got {slots!r}")
     ops: list[Op] = []
+    f_ck, f_n, f_all, b = _op_tuples(length)
 
     def advance(start: int, stop: int) -> None:
-        ops.append(("F_ck", start))
-        ops.extend(("F_n", i) for i in range(start + 1, stop))
+        ops.append(f_ck[start])
+        ops.extend(f_n[start + 1 : stop])  # slices of shared tuples: a sweep builds millions of ops
 
     # Reverse stages start .. end-1 with c slots; invariant: a_start is held (a[start]) and g[end]
     # is available. The recursion (advance by m, reverse [start+m, end) with c-1 slots, then
@@ -87,9 +89,15 @@ def revolve_ops(length: int, slots: int) -> list[Op]:
         for i in reversed(range(start, end)):
             if i > start:
                 advance(start, i)
-            ops.append(("F_all", i))
-            ops.append(("B", i))
+            ops.append(f_all[i])
+            ops.append(b[i])
     return ops
+
+
+@lru_cache(maxsize=4)
+def _op_tuples(length: int) -> tuple[list[Op], ...]:
+    """The ops ``F_ck i``, ``F_n i``, ``F_all i`` and ``B i`` for i < ``length``, built once per length."""
+    return tuple([(name, i) for i in range(length)] for name in ("F_ck", "F_n", "F_all", "B"))
 
 
 def forward_steps(ops: list[Op]) -> int:
