@@ -14,8 +14,12 @@ single-option profile is the same profile with the options dropped.
 Every method is measured alike (:func:`remat.executor.measure.step_allocator_peak`, as
 benchmarks/real_models.py does): the CPU allocator's peak over forward + loss + backward, plus
 the chain input a_0 (the token ids); parameters and their pre-allocated gradients are outside.
-Step times are the fastest of ``--steps`` unmetered steps after a warm-up, on one thread; on a
-shared machine read them as ratios within one run. ``torch.compile``'s compile time (its first
+Step times are the fastest of ``--steps`` unmetered steps after a warm-up, on one thread. With
+``--clock thread`` (the default) every timer of the run, the profiler's included, reads the CPU
+time of the one thread that does all the work (``time.thread_time``: with one intra-op thread,
+eager, autograd and inductor's kernels all run on the calling thread on CPU), so that waiting for
+a core on a shared machine is not counted; ``--clock wall`` keeps wall-clock time (a quiet
+machine). ``torch.compile``'s compile time (its first
 step) is reported apart from its step time.
 
 Rockmate (PyPI ``rockmate`` 2.0.0) is tried when importable; the reason it did not run is
@@ -67,8 +71,22 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compile-budgets", default="1.0,0.5,0.3,0.1,0.05,0.0")
     parser.add_argument("--compile-backend", default="inductor")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (minutes per budget)")
+    parser.add_argument("--clock", choices=("thread", "wall"), default="thread", help="see the module doc")
     parser.add_argument("--output", type=Path, default=RESULTS)
     return parser.parse_args(argv)
+
+
+@contextlib.contextmanager
+def clock(kind: str) -> Iterator[None]:
+    """Every ``time.perf_counter()`` of the run (the profiler's, the replays', this script's)
+    reads ``time.thread_time()`` for ``kind == "thread"``: the CPU time of the calling thread."""
+    wall = time.perf_counter
+    if kind == "thread":
+        time.perf_counter = time.thread_time
+    try:
+        yield
+    finally:
+        time.perf_counter = wall
 
 
 def build(args: argparse.Namespace) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
@@ -127,10 +145,10 @@ def compiled_row(model: torch.nn.Module, kw: dict, a0: int, steps: int, budget: 
     try:
         with functorch_config.patch(activation_memory_budget=budget):
             compiled = torch.compile(model, backend=backend)
-            begin = time.perf_counter()
+            begin = time.monotonic()  # wall-clock: inductor compiles in worker processes too
             prepare_grads(model)
             compiled(**kw).loss.backward()
-            row["compile_s"] = time.perf_counter() - begin
+            row["compile_s"] = time.monotonic() - begin
             row |= measure(model, lambda: compiled(**kw).loss, a0, steps)
     except Exception as error:  # noqa: BLE001 - a backend that cannot run here is a row with its reason
         row["failed"] = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
@@ -191,16 +209,33 @@ def remat_rows(
     return rows
 
 
-def rockmate_cell() -> dict:
-    """Whether Rockmate's solver can run here, and why not (its solve time would go in the table)."""
+ROCKMATE_TRIED = (
+    "PyPI rockmate 2.0.0 + rkgb 2.0.0 in a private venv (--system-site-packages, --no-deps, torch kept "
+    "2.13.0+cpu): rkgb 2.0.0's wheel and sdist ship only rkgb/__init__.py and rkgb/rkgb.py, so "
+    "`import rockmate` fails (No module named 'rkgb.core'); with rkgb's core/, lowlevel/ and utils/ "
+    "copied from github.com/topal-team/rockmate (main) plus astunparse, psutil, configmypy and "
+    "ruamel.yaml it needs pulp's get_solver, which no pulp on this registry has (<= 3.3.2; aliased to "
+    "getSolver to go on); then rockmate.Rockmate(model, inputs, budget) stops at once: it sets "
+    "self.device = torch.device('cuda') and builds a CUDA timer and CUDA streams whatever the model's "
+    "device (rockmate/rockmate.py, rkgb/lowlevel/measure.py, rockmate/compiler.py): "
+    "AssertionError: Torch not compiled with CUDA enabled"
+)
+
+
+def rockmate_cell(model: torch.nn.Module, kw: dict, budget: int) -> dict:
+    """Rockmate's solve on the same model at ``budget`` bytes where it runs (its solve time), else
+    the reason it did not (``ROCKMATE_TRIED``: what was tried on this CPU-only machine)."""
+    cell: dict[str, Any] = {"tried": ROCKMATE_TRIED}
     try:
-        import rockmate  # noqa: F401 - only whether it imports
+        import rockmate
     except Exception as error:  # noqa: BLE001 - any import failure is the recorded reason
-        return {"ran": False, "reason": f"import rockmate: {type(error).__name__}: {error}"}
-    if not torch.cuda.is_available():
-        return {"ran": False, "reason": "rockmate.Rockmate profiles and runs on torch.device('cuda') "
-                "(hard-coded: rockmate/rockmate.py, compiler.py's CUDA streams); this machine has no CUDA"}  # fmt: skip
-    return {"ran": False, "reason": "a CUDA machine: not measured by this CPU benchmark"}
+        return cell | {"ran": False, "reason": f"import rockmate: {type(error).__name__}: {error}"}
+    begin = time.monotonic()
+    try:
+        rockmate.Rockmate(model, {"input_ids": kw["input_ids"]}, budget=budget)
+    except Exception as error:  # noqa: BLE001 - its own failure is the recorded reason
+        return cell | {"ran": False, "reason": f"rockmate.Rockmate: {type(error).__name__}: {error}"}
+    return cell | {"ran": True, "solve_s": time.monotonic() - begin, "budget": budget}
 
 
 def targets(rows: list[dict]) -> dict[str, Any]:
@@ -259,11 +294,11 @@ def run(args: argparse.Namespace) -> dict:
     """Every measurement of one run, as written to the JSON."""
     torch.set_num_threads(args.threads)
     model, kw = build(args)
-    began = time.perf_counter()
+    began = time.monotonic()
     chain = cut_model(model, (), kw)
     x = chain.bind(**kw)
     multi = profile_chain(chain, x, repeats=args.repeats, options=True)
-    profile_s = time.perf_counter() - began
+    profile_s = time.monotonic() - began
     a0 = multi.input_size
     rows = baselines(model, kw, a0, args.steps)
     if not args.no_compile:
@@ -274,20 +309,22 @@ def run(args: argparse.Namespace) -> dict:
     extra = [min(compiled)] if compiled else []  # remat at torch.compile's least memory
     rows += remat_rows(model, chain, multi, kw, args, extra)
     return {
+        "clock": "thread CPU time (time.thread_time)" if args.clock == "thread" else "wall-clock",
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "model": "transformers GPT2LMHeadModel (sdpa attention), random weights",
         "profile_seconds": profile_s,
         "store_all_peak": store_all_peak(multi),
         "stages": [s.to_dict() for s in multi.stages],
         "rows": rows,
-        "rockmate": rockmate_cell(),
+        "rockmate": rockmate_cell(model, kw, store_all_peak(multi) // 2),
         "targets": targets(rows),
     }
 
 
 def main() -> None:
     args = arguments()
-    result = run(args)
+    with clock(args.clock):
+        result = run(args)
     for stage in result["stages"]:
         options = ", ".join(f"'{o['name']}' {format_size(o.get('saved_size', 0))}" for o in stage.get("options", []))
         print(f"  {stage['name']}: saved {format_size(stage['saved_size'])}; {options or 'no options'}")

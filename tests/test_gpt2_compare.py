@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,10 @@ def test_baselines_and_targets(tiny):
     result = gpt2_compare.targets([*rows, least])
     assert result["least_memory"]["plain_peak"] == plain["measured_peak"]
     assert "| no checkpointing |" in gpt2_compare.table([*rows, least])
+
+
+def test_thread_clock_is_put_back():
+    wall = time.perf_counter
+    with gpt2_compare.clock("thread"):
+        assert time.perf_counter is time.thread_time  # the profiler's timers read CPU time too
+    assert time.perf_counter is wall
