@@ -24,6 +24,12 @@ from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selectiv
 from remat.schedules import RematError
 
 _MATMULS = ("mm", "addmm", "bmm", "baddbmm")
+_ATTENTION = (  # fused attention kernels (F.scaled_dot_product_attention; Hugging Face's "sdpa")
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
+)
 
 POLICIES: dict[str, tuple[str, ...]] = {
     # Korthikanti et al. 2022's selective recomputation: keep the outputs of the linear layers
@@ -36,6 +42,9 @@ POLICIES: dict[str, tuple[str, ...]] = {
     # a middle point: the softmax output (N x heads x T x T) kept too, so only the cheap
     # elementwise ops and norms are recomputed
     "save matmul and softmax outputs": (*_MATMULS, "_softmax"),
+    # a block whose attention is one fused kernel (sdpa): keep the linear layers' and the
+    # kernel's outputs, recompute only the norms, the activation and the residual adds
+    "save linear and attention outputs": ("mm", "addmm", *_ATTENTION),
     # conv blocks: keep the convolutions, recompute BatchNorm/ReLU
     "save convolution outputs": ("convolution", "_convolution", "mkldnn_convolution"),
 }

@@ -4,14 +4,22 @@ For every stage of a profiled chain and every policy of :mod:`remat.executor.opt
 one recording forward with that policy and its backward are metered exactly as the profiler
 meters option 0 (:func:`remat.executor.profiler._record_and_backward_memory`: the allocator's
 reading after the forward is ``saved_size``, its peaks above what each op leaves are the
-transients), and the backward is timed against the plain one in the same loop, so that
+transients), and its recording forward and its backward are timed against the plain ones in the
+same loop, so that
 
     option backward_ms = the stage's backward_ms + (option's backward - plain backward)
+                         + (option's recording forward - plain recording forward)
 
-(the samples of the plain and of every option's backward interleaved, the fastest of each taken)
-carries the recompute inside the backward in the same timing conditions as the stage's own
+(the samples of the plain and of every option interleaved, the fastest of each taken) carries
+the recompute inside the backward in the same timing conditions as the stage's own
 (``time_chain``'s in-sequence passes), clamped at the stage's ``backward_ms`` (a difference below
-0 is noise: the option does strictly more work). An option is kept only if it holds less than the
+0 is noise: the option does strictly more work). The second difference is the selective-
+checkpoint machinery's own cost in the forward (a dispatch mode that asks the policy about every
+op, and the cache of what it keeps): the chain model gives an option no forward time of its own
+(docs/model.md), and every ``F_all i k`` is consumed by exactly one ``B i`` with option ``k``, so
+charging it to that backward keeps every schedule's total right. Without it, replayed steps that
+used options measured a few ms per option above prediction (docs/benchmarks.md, "GPT-2 side by
+side"). An option is kept only if it holds less than the
 stage's ``saved_size`` and less than every option already kept at a smaller or equal backward
 time (a dominated option can never help the DP). Sizes in bytes, times in milliseconds.
 """
@@ -32,10 +40,13 @@ from remat.executor.profiler import _leaf, _ModelState, _record_and_backward_mem
 from remat.schedules import ChainProfile, Stage, StageOption
 
 
-def _measure(stage: nn.Module, x: torch.Tensor, policy: str | None) -> tuple[int, int, int, Callable[[], float]]:
+def _measure(
+    stage: nn.Module, x: torch.Tensor, policy: str | None
+) -> tuple[int, int, int, Callable[[], tuple[float, float]]]:
     """(saved_size, forward_overhead, backward_overhead, sample) of one recording forward of
     ``stage`` on ``x`` with ``policy`` (None: the plain recording forward); ``sample()`` times
-    one backward (ms), so that the caller can interleave the options' samples."""
+    one recording forward and its backward (ms, ms), so that the caller can interleave the
+    options' samples."""
     device = x.device
     pre_existing = {s.untyped_storage()._cdata for s in (*stage.parameters(), *stage.buffers())}
     pre_existing.add(x.untyped_storage()._cdata)
@@ -59,7 +70,13 @@ def _measure(stage: nn.Module, x: torch.Tensor, policy: str | None) -> tuple[int
     saved, forward_overhead, backward_overhead = _record_and_backward_memory(
         forward_record, backward, pre_existing, input_bytes, device
     )
-    return saved, forward_overhead, backward_overhead, lambda: time_ms(backward, device, 1, setup=setup)
+
+    def sample() -> tuple[float, float]:
+        state: list = []
+        forward = time_ms(lambda: state.append(setup()), device, 1)
+        return forward, time_ms(backward, device, 1, setup=state.pop)
+
+    return saved, forward_overhead, backward_overhead, sample
 
 
 class _OpsSeen(TorchDispatchMode):
@@ -76,11 +93,16 @@ class _OpsSeen(TorchDispatchMode):
 
 def applicable_policies(stage: nn.Module, x: torch.Tensor) -> list[str]:
     """The policies that keep some op of ``stage``'s recording forward (a policy keeping none of
-    them would only recompute the whole stage, what a checkpoint already does)."""
+    them would only recompute the whole stage, what a checkpoint already does), the first of
+    those that keep the same ops of this stage only (the same recording twice would let timing
+    noise choose between names)."""
     mode = _OpsSeen()
     with mode, torch.enable_grad():
         stage(_leaf(x))
-    return [name for name, ops in POLICIES.items() if mode.seen.intersection(ops)]
+    kept: dict[frozenset, str] = {}
+    for name, ops in POLICIES.items():
+        kept.setdefault(frozenset(mode.seen.intersection(ops)), name)
+    return [name for ops, name in kept.items() if ops]
 
 
 def stage_options(stage: nn.Module, x: torch.Tensor, record: Stage, repeats: int) -> tuple[StageOption, ...]:
@@ -90,16 +112,19 @@ def stage_options(stage: nn.Module, x: torch.Tensor, record: Stage, repeats: int
         return ()
     measured = {name: _measure(stage, x, name) for name in [None, *names]}
     # interleaved samples (plain, option 1, option 2, ..., plain, ...): load hits all alike
-    samples: dict[str | None, list[float]] = {name: [] for name in measured}
+    samples: dict[str | None, list[tuple[float, float]]] = {name: [] for name in measured}
     for _ in range(max(1, repeats)):
         for name, (*_, sample) in measured.items():
             samples[name].append(sample())
-    plain_ms = min(samples[None])
+
+    def extra(name: str) -> float:  # ms the option adds to the plain forward + backward
+        return sum(min(s[k] for s in samples[name]) - min(s[k] for s in samples[None]) for k in (0, 1))
+
     found = []
     for name in names:
         saved, fo, bo, _ = measured[name]
         saved = max(saved, record.output_size)
-        backward_ms = max(record.backward_ms, record.backward_ms + min(samples[name]) - plain_ms)
+        backward_ms = record.backward_ms + max(0.0, extra(name))
         found.append(StageOption(name, int(saved), float(backward_ms), int(fo), int(bo)))
     kept: list[StageOption] = []
     for option in sorted(found, key=lambda o: (o.backward_ms, o.saved_size)):

@@ -1,0 +1,341 @@
+"""remat's single- and multi-option DP fronts on a real GPT-2, side by side with no checkpointing,
+Hugging Face's per-block checkpointing and ``torch.compile``'s ``activation_memory_budget``.
+
+    PYTHONPATH=. python benchmarks/gpt2_compare.py [--layers 8 --dim 256 --seq 256 --batch 4] [--no-compile]
+
+The model is transformers' ``GPT2LMHeadModel`` from a config (issue 12: 8 layers, n_embd 256, 4
+heads, batch 4 x 256 tokens, dropout 0, random weights, CPU, one thread) with a 2,048-token
+vocabulary: at GPT-2's 50,257 the logits and their gradient (206 MB each) set every peak and no
+choice inside the blocks moves it (docs/benchmarks.md, "Stage options on a GPT-2"). remat cuts
+its training step (loss included) from the traced forward, proves the cut equal to the model
+(:func:`remat.executor.proof.cut_model`) and profiles it once with ``options=True``; the
+single-option profile is the same profile with the options dropped.
+
+Every method is measured alike (:func:`remat.executor.measure.step_allocator_peak`, as
+benchmarks/real_models.py does): the CPU allocator's peak over forward + loss + backward, plus
+the chain input a_0 (the token ids); parameters and their pre-allocated gradients are outside.
+Step times are the fastest of ``--steps`` unmetered steps after a warm-up, on one thread. With
+``--clock thread`` (the default) every timer of the run, the profiler's included, reads the CPU
+time of the one thread that does all the work (``time.thread_time``: with one intra-op thread,
+eager, autograd and inductor's kernels all run on the calling thread on CPU), so that waiting for
+a core on a shared machine is not counted; ``--clock wall`` keeps wall-clock time (a quiet
+machine). ``torch.compile``'s compile time (its first
+step) is reported apart from its step time.
+
+Rockmate (PyPI ``rockmate`` 2.0.0) is tried when importable; the reason it did not run is
+recorded otherwise. Writes benchmarks/results/gpt2_compare.json (with the machine it ran on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import machine_info  # benchmarks/machine_info.py: run as a script from the repo root
+import torch
+
+from remat.api import RematModel
+from remat.executor.hub import build_library_model
+from remat.executor.measure import prepare_grads, step_allocator_peak
+from remat.executor.profiler import profile_chain
+from remat.executor.proof import cut_model
+from remat.schedules import ChainProfile, InfeasibleBudgetError, format_size, simulate
+from remat.solver import solve
+from remat.solver.chain.optimal import optimal_front
+from remat.solver.chain.store_all import store_all_peak
+
+RESULTS = Path(__file__).parent / "results" / "gpt2_compare.json"
+CPU = torch.device("cpu")
+PEAK_TOLERANCE = 0.02  # issue 12: measured vs predicted peak of schedules with middle options
+Step = Callable[[], torch.Tensor]
+
+
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--dim", type=int, default=256)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--seq", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--vocab", type=int, default=2048, help="default 2,048: see the module doc")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3, help="profiler: timed runs per stage")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per method (the fastest is kept)")
+    parser.add_argument("--budgets", default="1.0,0.7,0.5,0.35,0.25", help="remat: fractions of the store-all peak")
+    parser.add_argument("--option-points", type=int, default=3, help="remat: extra multi-option front points")
+    parser.add_argument("--compile-budgets", default="1.0,0.5,0.3,0.1,0.05,0.0")
+    parser.add_argument("--compile-backend", default="inductor")
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (minutes per budget)")
+    parser.add_argument("--clock", choices=("thread", "wall"), default="thread", help="see the module doc")
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    return parser.parse_args(argv)
+
+
+@contextlib.contextmanager
+def clock(kind: str) -> Iterator[None]:
+    """Every ``time.perf_counter()`` of the run (the profiler's, the replays', this script's)
+    reads ``time.thread_time()`` for ``kind == "thread"``: the CPU time of the calling thread."""
+    wall = time.perf_counter
+    if kind == "thread":
+        time.perf_counter = time.thread_time
+    try:
+        yield
+    finally:
+        time.perf_counter = wall
+
+
+def build(args: argparse.Namespace) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    """The GPT-2 (train mode, dropout 0, seed 0) and its example: token ids as inputs and labels."""
+    config = {"n_layer": args.layers, "n_embd": args.dim, "n_head": args.heads, "n_positions": args.seq,
+              "vocab_size": args.vocab, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
+              "bos_token_id": 0, "eos_token_id": 0}  # fmt: skip
+    torch.manual_seed(0)
+    model = build_library_model("transformers:gpt2", config).train()
+    ids = torch.randint(0, args.vocab, (args.batch, args.seq), generator=torch.Generator().manual_seed(0))
+    return model, {"input_ids": ids, "labels": ids}
+
+
+def measure(model: torch.nn.Module, step: Step, a0: int, steps: int) -> dict[str, float]:
+    """Peak (bytes: the allocator's, plus a_0) and fastest step (ms) of ``step().backward()``."""
+    peak = step_allocator_peak(model, step, CPU, steps=2) + a0
+    times = []
+    for _ in range(1 + max(1, steps)):  # the first is a warm-up
+        prepare_grads(model)
+        begin = time.perf_counter()
+        step().backward()
+        times.append((time.perf_counter() - begin) * 1000.0)
+    return {"measured_peak": peak, "measured_ms": min(times[1:])}
+
+
+@contextlib.contextmanager
+def hf_checkpointing(model: torch.nn.Module) -> Iterator[None]:
+    """Hugging Face's own per-block checkpointing (``torch.utils.checkpoint``, non-reentrant)."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x: the new name
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    try:
+        yield
+    finally:
+        getattr(model, "activation_checkpointing_disable", model.gradient_checkpointing_disable)()
+
+
+def baselines(model: torch.nn.Module, kw: dict, a0: int, steps: int) -> list[dict]:
+    """No checkpointing and HF per-block checkpointing."""
+    plain = {"method": "no checkpointing", **measure(model, lambda: model(**kw).loss, a0, steps)}
+    with hf_checkpointing(model):
+        hf = {"method": "HF per-block checkpointing", **measure(model, lambda: model(**kw).loss, a0, steps)}
+    return [plain, hf]
+
+
+def compiled_row(model: torch.nn.Module, kw: dict, a0: int, steps: int, budget: float, backend: str) -> dict:
+    """``torch.compile(model)`` with ``activation_memory_budget = budget``: compile time (its
+    first step, seconds), then peak and step time as every other method."""
+    import torch._dynamo
+    import torch._functorch.config as functorch_config
+
+    torch._dynamo.reset()
+    row: dict[str, Any] = {"method": f"torch.compile ({backend})", "activation_memory_budget": budget}
+    try:
+        with functorch_config.patch(activation_memory_budget=budget):
+            compiled = torch.compile(model, backend=backend)
+            begin = time.monotonic()  # wall-clock: inductor compiles in worker processes too
+            prepare_grads(model)
+            compiled(**kw).loss.backward()
+            row["compile_s"] = time.monotonic() - begin
+            row |= measure(model, lambda: compiled(**kw).loss, a0, steps)
+    except Exception as error:  # noqa: BLE001 - a backend that cannot run here is a row with its reason
+        row["failed"] = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+    finally:
+        torch._dynamo.reset()
+    return row
+
+
+def options_used(schedule: Any) -> int:
+    """How many recording forwards of ``schedule`` use a middle option (``F_all i k``, k >= 1)."""
+    return sum(1 for op in schedule.ops if len(op) == 3 and op[2])
+
+
+def remat_row(
+    model: torch.nn.Module, chain: Any, profile: ChainProfile, kw: dict, budget: int, label: str, steps: int
+) -> dict:
+    """remat's ``optimal`` schedule for ``budget`` bytes, replayed: predicted and measured."""
+    row: dict[str, Any] = {"method": label, "budget": budget, "fraction": budget / store_all_peak(profile)}
+    try:
+        schedule = solve(profile, budget, "optimal")
+    except InfeasibleBudgetError as error:
+        return row | {"infeasible": str(error)}
+    wrapped = RematModel(chain, schedule, profile, ((), kw, None))
+    predicted = simulate(profile, schedule.ops, timeline=False)
+    a0 = profile.input_size
+    row |= {"options_used": options_used(schedule), "predicted_peak": predicted.peak_memory,
+            "predicted_ms": predicted.compute_ms, **measure(model, lambda: wrapped(**kw), a0, steps)}  # fmt: skip
+    row["peak_error"] = row["measured_peak"] / row["predicted_peak"] - 1.0
+    row["time_error"] = row["measured_ms"] / row["predicted_ms"] - 1.0
+    return row
+
+
+def option_budgets(profile: ChainProfile, count: int) -> list[int]:
+    """Up to ``count`` peaks of the multi-option front whose schedules use middle options, spread
+    along it (the rows that test the options' predictions)."""
+    points = [p.peak_memory for p in optimal_front(profile)]
+    using = [b for b in points if options_used(solve(profile, b, "optimal"))]
+    if len(using) <= count:
+        return using
+    return [using[round(k * (len(using) - 1) / max(1, count - 1))] for k in range(count)]
+
+
+def remat_rows(
+    model: torch.nn.Module, chain: Any, multi: ChainProfile, kw: dict, args: argparse.Namespace, extra: list[int]
+) -> list[dict]:
+    """Both DPs at each ``--budgets`` fraction, at their least memory, at the extra budgets
+    ``extra`` (torch.compile's least peak, ...), and the multi-option DP at its option points."""
+    single, reference = multi.without_options(), store_all_peak(multi)
+    budgets = [int(float(f) * reference) for f in args.budgets.split(",")] + extra
+    least = {"single": optimal_front(single)[0].peak_memory, "multi": optimal_front(multi)[0].peak_memory}
+    rows = []
+    for label, profile in (("remat single-option DP", single), ("remat multi-option DP", multi)):
+        kind = "multi" if profile is multi else "single"
+        chosen = [*budgets, least[kind], *(option_budgets(multi, args.option_points) if profile is multi else [])]
+        for budget in sorted(set(chosen), reverse=True):
+            row = remat_row(model, chain, profile, kw, budget, label, args.steps)
+            rows.append(row | {"least": budget == least[kind]})
+    return rows
+
+
+ROCKMATE_TRIED = (
+    "PyPI rockmate 2.0.0 + rkgb 2.0.0 in a private venv (--system-site-packages, --no-deps, torch kept "
+    "2.13.0+cpu): rkgb 2.0.0's wheel and sdist ship only rkgb/__init__.py and rkgb/rkgb.py, so "
+    "`import rockmate` fails (No module named 'rkgb.core'); with rkgb's core/, lowlevel/ and utils/ "
+    "copied from github.com/topal-team/rockmate (main) plus astunparse, psutil, configmypy and "
+    "ruamel.yaml it needs pulp's get_solver, which no pulp on this registry has (<= 3.3.2; aliased to "
+    "getSolver to go on); then rockmate.Rockmate(model, inputs, budget) stops at once: it sets "
+    "self.device = torch.device('cuda') and builds a CUDA timer and CUDA streams whatever the model's "
+    "device (rockmate/rockmate.py, rkgb/lowlevel/measure.py, rockmate/compiler.py): "
+    "AssertionError: Torch not compiled with CUDA enabled"
+)
+
+
+def rockmate_cell(model: torch.nn.Module, kw: dict, budget: int) -> dict:
+    """Rockmate's solve on the same model at ``budget`` bytes where it runs (its solve time), else
+    the reason it did not (``ROCKMATE_TRIED``: what was tried on this CPU-only machine)."""
+    cell: dict[str, Any] = {"tried": ROCKMATE_TRIED}
+    try:
+        import rockmate
+    except Exception as error:  # noqa: BLE001 - any import failure is the recorded reason
+        return cell | {"ran": False, "reason": f"import rockmate: {type(error).__name__}: {error}"}
+    begin = time.monotonic()
+    try:
+        rockmate.Rockmate(model, {"input_ids": kw["input_ids"]}, budget=budget)
+    except Exception as error:  # noqa: BLE001 - its own failure is the recorded reason
+        return cell | {"ran": False, "reason": f"rockmate.Rockmate: {type(error).__name__}: {error}"}
+    return cell | {"ran": True, "solve_s": time.monotonic() - begin, "budget": budget}
+
+
+def targets(rows: list[dict]) -> dict[str, Any]:
+    """Issue 12's three targets, each with its numbers and met / not met."""
+    plain = next(r for r in rows if r["method"] == "no checkpointing")
+    ok = [r for r in rows if "measured_peak" in r]
+    compiled = [r for r in ok if r["method"].startswith("torch.compile")]
+    remat = [r for r in ok if r["method"].startswith("remat")]
+    result: dict[str, Any] = {}
+    if compiled:
+        least = min(compiled, key=lambda r: r["measured_peak"])
+        fits = [r for r in remat if r["measured_peak"] <= least["measured_peak"]]
+        best = min(fits, key=lambda r: r["measured_ms"]) if fits else None
+        result["at_compile_least_memory"] = {
+            "compile_peak": least["measured_peak"], "compile_ms": least["measured_ms"],
+            "remat_peak": best and best["measured_peak"], "remat_ms": best and best["measured_ms"],
+            "met": bool(best) and best["measured_ms"] <= 1.1 * least["measured_ms"],
+            "noise": "met within 10% (timing noise on a shared machine)"}  # fmt: skip
+    least = min(remat, key=lambda r: r["measured_peak"])
+    share = least["measured_peak"] / plain["measured_peak"]
+    result["least_memory"] = {"remat_peak": least["measured_peak"], "plain_peak": plain["measured_peak"],
+                              "share": share, "met": share <= 0.16}  # fmt: skip
+    middle = [r for r in remat if r.get("options_used")]
+    worst = max((abs(r["peak_error"]) for r in middle), default=None)
+    result["middle_option_peaks"] = {"rows": len(middle), "worst_abs_error": worst, "tolerance": PEAK_TOLERANCE,
+                                     "met": bool(middle) and worst <= PEAK_TOLERANCE}  # fmt: skip
+    return result
+
+
+def _mib(value: int | None) -> str:
+    return "—" if value is None else f"{value / 2**20:.2f}"
+
+
+def table(rows: list[dict]) -> str:
+    """Markdown: one row per method and budget (MiB = 2^20 bytes; steps relative to no checkpointing)."""
+    plain_ms = next(r for r in rows if r["method"] == "no checkpointing")["measured_ms"]
+    lines = ["| method | setting | predicted peak MiB | measured peak MiB | error | step ms (x plain) "
+             "| predicted ms | options used | compile s |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        setting = (f"budget {r['activation_memory_budget']}" if "activation_memory_budget" in r
+                   else f"{_mib(r['budget'])} MiB ({100 * r['fraction']:.0f}%){', least' if r.get('least') else ''}"
+                   if "budget" in r else "")  # fmt: skip
+        if "measured_peak" not in r:
+            lines.append(f"| {r['method']} | {setting} | {r.get('infeasible') or r.get('failed')} |" + " |" * 6)
+            continue
+        error = f"{100 * r['peak_error']:+.2f}%" if "peak_error" in r else ""
+        predicted_ms = f"{r['predicted_ms']:.0f} ({100 * r['time_error']:+.0f}%)" if "predicted_ms" in r else ""
+        compile_s = f"{r['compile_s']:.0f}" if "compile_s" in r else ""
+        lines.append(f"| {r['method']} | {setting} | {_mib(r.get('predicted_peak'))} | {_mib(r['measured_peak'])} "
+                     f"| {error} | {r['measured_ms']:.0f} (x{r['measured_ms'] / plain_ms:.2f}) | {predicted_ms} "
+                     f"| {r.get('options_used', '')} | {compile_s} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Every measurement of one run, as written to the JSON."""
+    torch.set_num_threads(args.threads)
+    model, kw = build(args)
+    began = time.monotonic()
+    chain = cut_model(model, (), kw)
+    x = chain.bind(**kw)
+    multi = profile_chain(chain, x, repeats=args.repeats, options=True)
+    profile_s = time.monotonic() - began
+    a0 = multi.input_size
+    rows = baselines(model, kw, a0, args.steps)
+    if not args.no_compile:
+        for budget in (float(b) for b in args.compile_budgets.split(",")):
+            rows.append(compiled_row(model, kw, a0, args.steps, budget, args.compile_backend))
+            print(f"torch.compile {budget}: {rows[-1]}", flush=True)
+    compiled = [r["measured_peak"] for r in rows if "activation_memory_budget" in r and "measured_peak" in r]
+    extra = [min(compiled)] if compiled else []  # remat at torch.compile's least memory
+    rows += remat_rows(model, chain, multi, kw, args, extra)
+    return {
+        "clock": "thread CPU time (time.thread_time)" if args.clock == "thread" else "wall-clock",
+        "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "model": "transformers GPT2LMHeadModel (sdpa attention), random weights",
+        "profile_seconds": profile_s,
+        "store_all_peak": store_all_peak(multi),
+        "stages": [s.to_dict() for s in multi.stages],
+        "rows": rows,
+        "rockmate": rockmate_cell(model, kw, store_all_peak(multi) // 2),
+        "targets": targets(rows),
+    }
+
+
+def main() -> None:
+    args = arguments()
+    with clock(args.clock):
+        result = run(args)
+    for stage in result["stages"]:
+        options = ", ".join(f"'{o['name']}' {format_size(o.get('saved_size', 0))}" for o in stage.get("options", []))
+        print(f"  {stage['name']}: saved {format_size(stage['saved_size'])}; {options or 'no options'}")
+    print(table(result["rows"]))
+    print(json.dumps(result["targets"], indent=1))
+    print(f"rockmate: {result['rockmate']['reason']}")
+    result["machine"] = machine_info.machine("shared 2-core machine: times are noisy; ratios within the run")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()
