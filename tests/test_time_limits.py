@@ -61,30 +61,38 @@ def test_model_building_stops_at_the_deadline():
 
 
 def test_each_phase_gets_what_is_left_of_one_deadline(monkeypatch):
-    """With a clock that advances 0.5 s per reading, LP rounding gets 60% of what is left after the
-    baselines and CP-SAT gets the very same deadline as the whole solve (so it gets the rest)."""
+    """With a clock that advances 0.5 s per reading, LP rounding gets LP_SHARE of what is left after the
+    baselines and the model building, and both CP-SAT searches get the very same deadline as the
+    whole solve (the one during the LP is stopped when the LP ends; the second gets the rest)."""
     clock = FakeClock(step=0.5)
-    seen = {}
+    seen = {"cp": []}
     monkeypatch.setattr(ilp, "Deadline", lambda limit: Deadline(limit, clock))
 
     def fake_rounding(profile, budget, deadline):
         seen["lp"] = (deadline.start, deadline.end)
         return Rounded("time limit", None, None, "", None, 0.0, "building the LP relaxation")
 
-    def fake_model(profile, budget, deadline, workers, backend, hint=None):
-        seen["cp"] = deadline
-        raise TimeUp("building the cp-sat model")
+    class FakeModel:
+        count = 0
+
+        def stop(self):
+            pass
+
+    def fake_search(model, deadline, workers, hint=None):
+        seen["cp"].append(deadline)
+        raise TimeUp("the cp-sat search")
 
     monkeypatch.setattr(ilp, "round_relaxation", fake_rounding)
-    monkeypatch.setattr(ilp, "solve_model", fake_model)
+    monkeypatch.setattr(ilp, "build_model", lambda profile, budget, deadline: FakeModel())
+    monkeypatch.setattr(ilp, "search", fake_search)
     profile = load_profile(EXAMPLES / "graph_unet.json")
     schedule = ilp.solve(profile, reference_peak(profile) * 6 // 10, time_limit=30.0)
-    whole = seen["cp"]
-    assert whole.limit == 30.0
+    assert len(seen["cp"]) == 2 and all(d.limit == 30.0 for d in seen["cp"])
+    whole = seen["cp"][0]
     lp_start, lp_end = seen["lp"]
-    assert lp_end == pytest.approx(lp_start + 0.6 * (whole.end - lp_start), abs=0.5)
+    assert lp_end == pytest.approx(lp_start + ilp.LP_SHARE * (whole.end - lp_start), abs=0.5)
     assert lp_end < whole.end
-    assert "ran out during building the cp-sat model" in schedule.extra["note"]
+    assert "ran out during the cp-sat search" in schedule.extra["note"]
     assert schedule.extra["source"].startswith("warm start")
 
 
