@@ -27,6 +27,7 @@ from remat.solver.deadline import Deadline, TimeUp, check_time_limit
 from remat.solver.graph.baselines import best_baseline_plan, store_all_plan
 from remat.solver.graph.checkmate_model import BACKEND_CHOICE, DEFAULT_WORKERS, build_model, minimum_peak, search
 from remat.solver.graph.lp_rounding import round_relaxation
+from remat.solver.graph.moccasin import DEFAULT_COPIES, solve_intervals
 from remat.solver.graph.stages import StagePlan, memory_lower_bound, plan_memory, plan_ops, plan_peak
 
 NAME = "ilp"
@@ -42,6 +43,8 @@ DEFAULT_TIME_LIMIT = 60.0
 LP_SHARE = 0.85
 BASELINE_SHARE = 0.25
 PROVIDER_SHARE = 0.1
+FORMULATIONS = ("checkmate", "moccasin")
+DEFAULT_FORMULATION = "checkmate"
 
 
 def background_workers(workers: int) -> int:
@@ -93,12 +96,17 @@ def solve(
     time_limit: float = DEFAULT_TIME_LIMIT,
     workers: int | None = None,
     warm_starts: Sequence[tuple[str, WarmStart]] | None = None,
+    formulation: str = DEFAULT_FORMULATION,
 ) -> Schedule:
     """The cheapest frontier-advancing schedule within ``budget`` bytes, or the best found in
     ``time_limit`` seconds for the whole solve (warm starts, model building, CP-SAT, LP rounding,
     CP-SAT again; within the margin of :mod:`remat.solver.deadline`), with its proven lower bound
-    and gap. ``warm_starts`` replaces :data:`WARM_STARTS` (the baselines always run)."""
+    and gap. ``warm_starts`` replaces :data:`WARM_STARTS` (the baselines always run);
+    ``formulation`` is one of :data:`FORMULATIONS` (``moccasin``: :mod:`remat.solver.graph.moccasin`,
+    CP-SAT alone from the best warm start, no LP)."""
     profile = require_graph(profile, NAME)
+    if formulation not in FORMULATIONS:
+        raise RematError(f"strategy '{NAME}': unknown formulation {formulation!r} (use {', '.join(FORMULATIONS)})")
     deadline = Deadline(check_time_limit(time_limit, NAME))
     workers = default_workers() if workers is None else int(workers)
     _refuse_below_floor(profile, budget)
@@ -113,6 +121,8 @@ def solve(
         return _finish(profile, budget, plan, plan_memory(profile, plan), total, extra)
     offered = WARM_STARTS if warm_starts is None else tuple(warm_starts)
     warm = _cheapest(profile, [warm, *_provided(profile, budget, deadline, offered, phases)])
+    if formulation == "moccasin":
+        return _solve_intervals(profile, budget, deadline, workers, warm, phases)
     run = _Run(profile, budget, deadline, workers, phases)
     run.build()
     rounded = None
@@ -128,6 +138,45 @@ def solve(
         warm = _cheapest(profile, [warm, lp])
         run.search(_cheapest(profile, [warm, run.best]), workers, "cp_sat")
     return _answer(profile, budget, time_limit, deadline, warm, run, rounded)
+
+
+def _solve_intervals(profile, budget, deadline, workers, warm, phases) -> Schedule:
+    """The retention-interval model from the warm start for the rest of the deadline; the
+    cheaper of its schedule and the warm start. Its bound holds for its own search space (each
+    node computed at most ``DEFAULT_COPIES`` times, in any order)."""
+    ran_out = None
+    try:
+        hint = plan_ops(profile, warm[1]) if warm else None
+        result = solve_intervals(profile, budget, deadline, workers, DEFAULT_COPIES, hint)
+    except TimeUp as up:
+        result, ran_out = None, up.phase
+    if result is not None and result.status == "infeasible":
+        detail = f"no schedule computing each node at most {DEFAULT_COPIES} times fits, proven by the moccasin model"
+        raise InfeasibleBudgetError(NAME, budget, memory_lower_bound(profile), detail, bound="at least")
+    extra = {"formulation": "moccasin", "warm_start": warm[0] if warm else None}
+    extra["status"] = result.status if result is not None and result.status == "optimal" else "feasible"
+    if result is not None:
+        phases["moccasin_search"] = round(result.solve_seconds, 3)
+        extra["variables"] = result.variables
+    lower = max((result.lower_bound_ms or 0.0) if result else 0.0, profile.store_all_compute_ms)
+    if result is not None and result.ops and (warm is None or result.objective_ms < warm[1].cost_ms(profile)):
+        cost, extra["source"] = result.objective_ms, "solver"
+        extra |= _timing(deadline, phases) | _gap(cost, lower)
+        return make_schedule(profile, budget, NAME, result.ops, cost, result.peak_memory, extra=extra)
+    if warm is None:
+        raise RematError(
+            f"strategy '{NAME}' (moccasin) found no schedule for {format_size(budget)} within {deadline.limit:g} s "
+            "and no baseline fits this budget; try a larger --time-limit or budget"
+        )
+    extra["source"] = f"warm start ({warm[0]})"
+    note = _shortfall(extra["status"], extra["source"], ran_out, deadline.limit)
+    extra |= {"note": note} if note else {}
+    return _finish(profile, budget, warm[1], plan_memory(profile, warm[1]), lower, _timing(deadline, phases) | extra)
+
+
+def _gap(cost: float, lower: float) -> dict:
+    lower = min(lower, cost)
+    return {"lower_bound_ms": lower, "gap": (cost - lower) / cost if cost > 0 else 0.0}
 
 
 def _answer(profile, budget, time_limit, deadline, warm, run, rounded) -> Schedule:
@@ -318,6 +367,6 @@ STRATEGY = Strategy(
     kind="graph",
     description="Checkmate's MILP on OR-Tools CP-SAT: optimal (or best within --time-limit, with its gap)",
     solve=solve,
-    options=("time_limit", "workers"),
+    options=("time_limit", "workers", "formulation"),
     reference="Jain et al. 2020, Checkmate: Breaking the Memory Wall with Optimal Tensor Rematerialization",
 )
