@@ -117,7 +117,7 @@ def solve(
     if warm is not None and plan_peak(profile, warm[1]) <= budget and warm[1].cost_ms(profile) <= total:
         # Store-all fits: nothing is recomputed, which no schedule can beat.
         name, plan = warm
-        extra = _timing(deadline, phases) | {"status": "optimal", "warm_start": name}
+        extra = _timing(deadline, phases) | {"status": "optimal", "warm_start": name, "formulation": formulation}
         return _finish(profile, budget, plan, plan_memory(profile, plan), total, extra)
     offered = WARM_STARTS if warm_starts is None else tuple(warm_starts)
     warm = _cheapest(profile, [warm, *_provided(profile, budget, deadline, offered, phases)])
@@ -192,6 +192,7 @@ def _answer(profile, budget, time_limit, deadline, warm, run, rounded) -> Schedu
     lp_bound = rounded.value if rounded is not None and rounded.status == "optimal" else None
     lower = max(run.lower, lp_bound or 0.0, profile.store_all_compute_ms)
     extra = _timing(deadline, run.phases) | {"status": run.status, "warm_start": warm[0] if warm else None}
+    extra["formulation"] = "checkmate"
     extra |= {"source": source} | ({"variables": run.variables} if run.variables else {})
     note = _shortfall(run.status, source, run.ran_out, time_limit)
     if note:
