@@ -60,13 +60,17 @@ class FixedLengthPositions(nn.Module):
         return self.drop(x + self.weight)
 
 
-def gpt2_fixed_length() -> nn.Module:
-    """GPT-2 small's shapes (12 layers, 768 wide, 12 heads, vocabulary 50,257), traceable by torch.fx."""
-    model = gpt2.gpt2_small()
+def fixed_length(model: gpt2.GPT2, dim: int, context: int) -> gpt2.GPT2:
+    """``model`` (changed in place, same weights) for inputs of exactly ``context`` tokens, traceable by torch.fx."""
     model.embed = FixedLengthPositions(model.embed)
     for block in model.blocks:
-        block.attn = FixedLengthAttention(block.attn, 768, GPT2_CONTEXT)
+        block.attn = FixedLengthAttention(block.attn, dim, context)
     return model
+
+
+def gpt2_fixed_length() -> nn.Module:
+    """GPT-2 small's shapes (12 layers, 768 wide, 12 heads, vocabulary 50,257) at GPT2_CONTEXT tokens."""
+    return fixed_length(gpt2.gpt2_small(), 768, GPT2_CONTEXT)
 
 
 def _torchvision(name: str):

@@ -4,12 +4,23 @@ Optimal among frontier-advancing schedules (stage t computes node t last, recomp
 before it in index order; see :mod:`remat.solver.graph.checkmate_model`), which is Checkmate's claim
 too: with the profile's fixed topological order, not over every possible op order.
 
-The solver is warm-started with the cheaper of the best graph baseline that fits (store-all,
-chen-sqrt, chen-greedy and greedy variants) and Checkmate's LP rounding (given up to 60% of the time
-limit), so a time-limited solve always returns a schedule when either fits. The schedule's
-``extra`` reports ``status`` (optimal / feasible), ``lower_bound_ms`` (the larger of CP-SAT's
-bound and the LP value, both proven), ``gap`` = (compute_ms - lower_bound_ms) / compute_ms,
-``solve_seconds`` (LP + CP-SAT) and the warm start.
+Phases, all on one deadline (:mod:`remat.solver.deadline`):
+
+1. warm starts: the best graph baseline that fits (store-all, chen-sqrt, chen-greedy and greedy
+   variants, up to a quarter of the time), then each provider of :data:`WARM_STARTS` (or the
+   ``warm_starts`` argument), ``(profile, budget, deadline) -> StagePlan | None``, each given
+   :data:`PROVIDER_SHARE` of the time left; plans are checked, over-budget ones ignored;
+2. the CP-SAT model is built once;
+3. Checkmate's LP rounding (HiGHS, single-threaded) gets :data:`LP_SHARE` of the time left while
+   CP-SAT searches from the best warm start on the cores the LP leaves free;
+4. as soon as the LP is rounded, that search is stopped and CP-SAT searches again, with every
+   worker and the rest of the time, from the best plan found so far (LP rounding's or its own).
+
+The schedule's ``extra`` reports ``status`` (optimal / feasible), ``lower_bound_ms`` (the larger
+of CP-SAT's bound and the LP value, both proven), ``gap`` = (compute_ms - lower_bound_ms) /
+compute_ms, ``phases_seconds`` and the warm start. ``formulation="moccasin"`` replaces phases 2-4
+by Moccasin's retention-interval model (:mod:`remat.solver.graph.moccasin`: any op order, each
+node computed at most twice; its bound holds for that space).
 Units: bytes, milliseconds, seconds for the time limit.
 """
 
