@@ -4,7 +4,8 @@ the baselines and (when registered) the hierarchical solver.
 For each model graph (examples/graph_<name>.json: the bundled VGG16, U-Net, MobileNetV2 and
 ResNet-50, plus ViT-B/16, DenseNet-121 and GPT-2) and each budget (percent of its store-all
 peak): the baselines' step time (store-all, chen-sqrt, chen-greedy), LP rounding (cost, LP bound),
-the ILP at each time limit (status, objective, proven lower bound, gap, solve seconds) and
+the ILP at each time limit in each formulation (``--formulations``: Checkmate's stage MILP and
+Moccasin's retention intervals; status, objective, proven lower bound, gap, solve seconds) and
 ``hierarchical`` (skipped, with a note in the JSON, while that strategy is not registered).
 Prints a table and writes benchmarks/results/ilp_speed.json with the machine it ran on, once
 after every (graph, budget) row, so an interrupted run keeps what it measured.
@@ -57,7 +58,7 @@ def _run(profile, budget, strategy, **options) -> dict:
         "peak_memory": schedule.predicted.peak_memory,
         "seconds": round(time.perf_counter() - start, 2),
     }
-    for key in ("status", "lower_bound_ms", "gap", "solve_seconds", "source", "variables", "rounding"):
+    for key in ("status", "lower_bound_ms", "gap", "solve_seconds", "source", "variables", "rounding", "note"):
         if key in schedule.extra:
             row[key] = schedule.extra[key]
     return row
@@ -67,7 +68,7 @@ GRAPHS = "vgg16,unet,mobilenetv2,resnet50,vit_b16,densenet121,gpt2"
 HIERARCHICAL = "hierarchical"
 
 
-def benchmark(names, percents, limits, workers, lp_limit, done=lambda entry: None) -> list[dict]:
+def benchmark(names, percents, limits, workers, lp_limit, formulations, done=lambda entry: None) -> list[dict]:
     """One entry per (graph, budget), handed to ``done`` as soon as it is measured."""
     rows = []
     hierarchical = HIERARCHICAL in strategy_names("graph")
@@ -91,9 +92,10 @@ def benchmark(names, percents, limits, workers, lp_limit, done=lambda entry: Non
                 entry["results"].append(_run(profile, budget, strategy))
             entry["results"].append(_run(profile, budget, "lp-rounding", time_limit=lp_limit))
             for limit in limits:
-                row = _run(profile, budget, "ilp", time_limit=limit, workers=workers)
-                row["time_limit"] = limit
-                entry["results"].append(row)
+                for formulation in formulations:
+                    row = _run(profile, budget, "ilp", time_limit=limit, workers=workers, formulation=formulation)
+                    row |= {"time_limit": limit, "formulation": formulation}
+                    entry["results"].append(row)
             if hierarchical:
                 entry["results"].append(_run(profile, budget, HIERARCHICAL))
             else:
@@ -112,7 +114,8 @@ def print_entry(entry: dict) -> None:
         flush=True,
     )
     for row in entry["results"]:
-        label = row["strategy"] + (f" {row['time_limit']:g}s" if "time_limit" in row else "")
+        label = row["strategy"] + (f" {row['formulation'][:4]}" if "formulation" in row else "")
+        label += f" {row['time_limit']:g}s" if "time_limit" in row else ""
         if "error" in row:
             if row.get("min_budget"):
                 smallest = row["min_budget"] / 2**30
@@ -166,6 +169,7 @@ def main() -> None:
     parser.add_argument("--limits", default="60,600", help="ILP time limits in seconds")
     parser.add_argument("--lp-limit", type=float, default=60.0, help="LP relaxation time limit, seconds")
     parser.add_argument("--workers", type=int, default=8, help="CP-SAT workers")
+    parser.add_argument("--formulations", default="checkmate,moccasin", help="ilp formulations, each at every limit")
     parser.add_argument("--compare-backends", action="store_true")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "ilp_speed.json"))
     parser.add_argument("--append", action="store_true", help="add to the rows already in --out")
@@ -193,7 +197,8 @@ def main() -> None:
         data["backends"] += compare_backends(names, percents, limits[0], args.workers)
         write()
     else:
-        benchmark(names, percents, limits, args.workers, args.lp_limit, done=write)
+        formulations = [f for f in args.formulations.split(",") if f]
+        benchmark(names, percents, limits, args.workers, args.lp_limit, formulations, done=write)
     print(f"\nwrote {out}")
 
 

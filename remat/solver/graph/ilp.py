@@ -12,9 +12,13 @@ Phases, all on one deadline (:mod:`remat.solver.deadline`):
    :data:`PROVIDER_SHARE` of the time left; plans are checked, over-budget ones ignored;
 2. the CP-SAT model is built once;
 3. Checkmate's LP rounding (HiGHS, single-threaded) gets :data:`LP_SHARE` of the time left while
-   CP-SAT searches from the best warm start on the cores the LP leaves free;
-4. as soon as the LP is rounded, that search is stopped and CP-SAT searches again, with every
-   worker and the rest of the time, from the best plan found so far (LP rounding's or its own).
+   Moccasin's much smaller model (:mod:`remat.solver.graph.moccasin`) searches from the best warm
+   start on the cores the LP leaves free;
+4. as soon as the LP is rounded, that search is stopped and CP-SAT searches Checkmate's model,
+   with every worker and the rest of the time, from the best plan (the warm start or LP rounding's).
+
+The answer is the cheapest schedule found; Moccasin's may be in any op order (not
+frontier-advancing), and it wins only when it is faster than every frontier-advancing one found.
 
 The schedule's ``extra`` reports ``status`` (optimal / feasible), ``lower_bound_ms`` (the larger
 of CP-SAT's bound and the LP value, both proven), ``gap`` = (compute_ms - lower_bound_ms) /
@@ -38,19 +42,20 @@ from remat.solver.deadline import Deadline, TimeUp, check_time_limit
 from remat.solver.graph.baselines import best_baseline_plan, store_all_plan
 from remat.solver.graph.checkmate_model import BACKEND_CHOICE, DEFAULT_WORKERS, build_model, minimum_peak, search
 from remat.solver.graph.lp_rounding import round_relaxation
-from remat.solver.graph.moccasin import DEFAULT_COPIES, solve_intervals
+from remat.solver.graph.moccasin import DEFAULT_COPIES, build_intervals, solve_intervals
 from remat.solver.graph.stages import StagePlan, memory_lower_bound, plan_memory, plan_ops, plan_peak
 
 NAME = "ilp"
 DEFAULT_TIME_LIMIT = 60.0
-# Up to this share of the time left goes to LP rounding (HiGHS, one core) while CP-SAT searches
-# from the warm start on the other cores; CP-SAT then searches again, with every worker, from the
-# best plan either found. The share is large because the LP is the one source of a good plan on
-# the larger graphs: on the ResNet-50 graph (141 nodes) at 50% and 70% with a 60 s limit on a
-# loaded 2-core machine, CP-SAT alone (one worker beside the LP, then eight) did not improve on the
-# chen-greedy warm start at all (+33.4%, +24.5%), and the LP needed ~12 s to build and ~37 s to
-# solve, more than a 0.6 share (~33 s) gave it. The CP-SAT search beside it loses nothing when
-# the LP is slow; when the LP is fast, CP-SAT gets the rest with every worker anyway.
+# Up to this share of the time left goes to LP rounding (HiGHS, one core) while Moccasin's model
+# searches from the warm start on the other cores; CP-SAT then searches Checkmate's model, with
+# every worker, from the best frontier-advancing plan. The share is large because the LP is the
+# one source of a good frontier-advancing plan on the larger graphs: on the ResNet-50 graph (141
+# nodes) at 50% and 70% with a 60 s limit on a loaded 2-core machine, CP-SAT alone (one worker
+# beside the LP, then eight) did not improve on the chen-greedy warm start at all (+33.4%,
+# +24.5%), and the LP needed ~12 s to build and ~37 s to solve, more than a 0.6 share (~33 s)
+# gave it. The search beside it loses nothing when the LP is slow; when the LP is fast, CP-SAT
+# gets the rest with every worker anyway.
 LP_SHARE = 0.85
 BASELINE_SHARE = 0.25
 PROVIDER_SHARE = 0.1
@@ -142,7 +147,7 @@ def solve(
         # than the baselines, and its value a second proven bound. Meanwhile CP-SAT searches from
         # the warm start on the other cores; once the LP is rounded, CP-SAT starts again from the
         # best plan either found, with every worker and the rest of the time.
-        with run.in_background(warm, background_workers(workers), "cp_sat_during_lp"):
+        with _beside(lambda: run.intervals(warm, background_workers(workers)), run.stop_intervals):
             rounded = round_relaxation(profile, budget, deadline.share(LP_SHARE))
         phases["lp_rounding"] = round(rounded.seconds, 3)
         lp = ("lp-rounding", rounded.plan) if rounded.plan is not None else None
@@ -191,11 +196,13 @@ def _gap(cost: float, lower: float) -> dict:
 
 
 def _answer(profile, budget, time_limit, deadline, warm, run, rounded) -> Schedule:
-    """The cheapest of CP-SAT's plan and the warm start, with the best proven bound."""
+    """The cheapest of CP-SAT's plan, the warm start and Moccasin's schedule, with the best proven
+    bound on frontier-advancing schedules (Checkmate's CP-SAT bound or the LP value)."""
     plan, memory, source = (run.best[1], run.memory, "solver") if run.best else (None, None, "")
     if warm is not None and (plan is None or warm[1].cost_ms(profile) < plan.cost_ms(profile)):
         plan, memory, source = warm[1], plan_memory(profile, warm[1]), f"warm start ({warm[0]})"
-    if plan is None:
+    side = run.side
+    if plan is None and side is None:
         raise RematError(
             f"strategy '{NAME}' found no schedule for {format_size(budget)} within {time_limit:g} s and no baseline "
             "fits this budget; try a larger --time-limit or budget"
@@ -204,7 +211,13 @@ def _answer(profile, budget, time_limit, deadline, warm, run, rounded) -> Schedu
     lower = max(run.lower, lp_bound or 0.0, profile.store_all_compute_ms)
     extra = _timing(deadline, run.phases) | {"status": run.status, "warm_start": warm[0] if warm else None}
     extra["formulation"] = "checkmate"
-    extra |= {"source": source} | ({"variables": run.variables} if run.variables else {})
+    extra |= {"variables": run.variables} if run.variables else {}
+    if side is not None and (plan is None or side.objective_ms < plan.cost_ms(profile)):
+        # Moccasin's schedule (any op order) beat every frontier-advancing one found; the bound
+        # is still Checkmate's, a bound on every frontier-advancing schedule.
+        extra |= {"source": "moccasin (beside the LP)"} | _gap(side.objective_ms, lower)
+        return make_schedule(profile, budget, NAME, side.ops, side.objective_ms, side.peak_memory, extra=extra)
+    extra["source"] = source
     note = _shortfall(run.status, source, run.ran_out, time_limit)
     if note:
         extra["note"] = note
@@ -253,6 +266,9 @@ class _Run:
         self.status = "feasible"
         self.ran_out: str | None = None
         self.variables = 0
+        self.side = None  # Moccasin's result from beside the LP (an IntervalResult with ops)
+        self._intervals = None
+        self._stopping = False
 
     def build(self) -> None:
         started = self.deadline.elapsed()
@@ -284,28 +300,49 @@ class _Run:
         if plan is not None and (self.best is None or plan.cost_ms(self.profile) < self.best[1].cost_ms(self.profile)):
             self.best, self.memory = ("cp-sat", plan), memory
 
-    @contextmanager
-    def in_background(self, warm: tuple[str, StagePlan] | None, workers: int, phase: str):
-        """Run :meth:`search` in a thread (CP-SAT releases the GIL) while the body runs; stop it
-        when the body ends, and re-raise what it raised."""
-        failed: list[BaseException] = []
-
-        def target() -> None:
-            try:
-                self.search(warm, workers, phase)
-            except BaseException as error:  # re-raised in the caller's thread
-                failed.append(error)
-
-        thread = threading.Thread(target=target, daemon=True)
-        thread.start()
+    def intervals(self, warm: tuple[str, StagePlan] | None, workers: int) -> None:
+        """Moccasin's model from ``warm`` until the deadline or :meth:`stop_intervals`; keeps its
+        schedule in ``self.side`` (any op order: not a hint for Checkmate's model)."""
+        hint = plan_ops(self.profile, warm[1]) if warm else None
         try:
-            yield
-        finally:
-            while thread.is_alive():  # a stop asked before the search began would be lost: ask again
-                self.model.stop()
-                thread.join(0.05)
-        if failed:
-            raise failed[0]
+            self._intervals = build_intervals(self.profile, self.budget, self.deadline, DEFAULT_COPIES, hint)
+            if self._stopping:
+                return
+            result = self._intervals.search(self.deadline, workers)
+        except TimeUp:
+            return
+        self.phases["moccasin_during_lp"] = round(result.solve_seconds, 3)
+        if result.ops is not None:
+            self.side = result
+
+    def stop_intervals(self) -> None:
+        self._stopping = True
+        if self._intervals is not None:
+            self._intervals.stop()
+
+
+@contextmanager
+def _beside(work: Callable[[], None], stop: Callable[[], None]):
+    """Run ``work`` in a thread (CP-SAT releases the GIL) while the body runs; call ``stop`` until
+    it ends once the body is done, and re-raise what it raised."""
+    failed: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            work()
+        except BaseException as error:  # re-raised in the caller's thread
+            failed.append(error)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        while thread.is_alive():  # a stop asked before the search began would be lost: ask again
+            stop()
+            thread.join(0.05)
+    if failed:
+        raise failed[0]
 
 
 def _refuse_below_floor(profile: GraphProfile, budget: int) -> None:

@@ -138,6 +138,12 @@ class _Intervals:
                 self.m.AddHint(self.s[v, c], start[v, c])
                 self.m.AddHint(self.e[v, c], end.get((v, c), step))
 
+    def stop(self) -> None:
+        """Ask a search running in another thread to end now (it returns its best so far)."""
+        solver = getattr(self, "_solver", None)
+        if solver is not None:
+            solver.StopSearch()
+
     def search(self, deadline: Deadline, workers: int) -> IntervalResult:
         left = deadline.left()
         if left <= 0:
@@ -145,6 +151,7 @@ class _Intervals:
         solver = self.cp.CpSolver()
         solver.parameters.max_time_in_seconds = float(left)
         solver.parameters.num_workers = max(1, int(workers))
+        self._solver = solver  # before the search, so that another thread can stop it
         start = time.perf_counter()
         code = solver.Solve(self.m)
         seconds = time.perf_counter() - start
@@ -189,6 +196,18 @@ def solve_intervals(
     (seconds or a shared :class:`Deadline`, building included; raises :class:`TimeUp` if it runs
     out first), each node computed at most ``copies`` times (once if it cannot be recomputed)."""
     deadline = as_deadline(time_limit)
+    return build_intervals(profile, budget, deadline, copies, hint).search(deadline, workers)
+
+
+def build_intervals(
+    profile: GraphProfile,
+    budget: int,
+    deadline: Deadline,
+    copies: int = DEFAULT_COPIES,
+    hint: Sequence[Op] | None = None,
+) -> _Intervals:
+    """The model of :func:`solve_intervals`, hinted, ready for ``.search(deadline, workers)``
+    (and ``.stop()`` from another thread)."""
     n = profile.size
     per_node = [1 if (v == n - 1 or not profile.nodes[v].recompute) else copies for v in range(n)]
     if hint is not None:
@@ -199,7 +218,7 @@ def solve_intervals(
     model = _Intervals(profile, budget, per_node, deadline)
     if hint is not None:
         model.hint(hint)
-    return model.search(deadline, workers)
+    return model
 
 
-__all__ = ["DEFAULT_COPIES", "IntervalResult", "solve_intervals"]
+__all__ = ["DEFAULT_COPIES", "IntervalResult", "build_intervals", "solve_intervals"]
