@@ -82,7 +82,11 @@ def test_each_phase_gets_what_is_left_of_one_deadline(monkeypatch):
         seen["cp"].append(deadline)
         raise TimeUp("the cp-sat search")
 
+    def no_intervals(*args, **kwargs):
+        raise TimeUp("building the moccasin model")  # so that no other thread reads the fake clock
+
     monkeypatch.setattr(ilp, "round_relaxation", fake_rounding)
+    monkeypatch.setattr(ilp, "build_intervals", no_intervals)
     monkeypatch.setattr(ilp, "build_model", lambda profile, budget, deadline: FakeModel())
     monkeypatch.setattr(ilp, "search", fake_search)
     profile = load_profile(EXAMPLES / "graph_unet.json")

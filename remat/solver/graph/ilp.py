@@ -10,11 +10,10 @@ Phases, all on one deadline (:mod:`remat.solver.deadline`):
    variants, up to a quarter of the time), then each provider of :data:`WARM_STARTS` (or the
    ``warm_starts`` argument), ``(profile, budget, deadline) -> StagePlan | None``, each given
    :data:`PROVIDER_SHARE` of the time left; plans are checked, over-budget ones ignored;
-2. the CP-SAT model is built once;
-3. Checkmate's LP rounding (HiGHS, single-threaded) gets :data:`LP_SHARE` of the time left while
-   Moccasin's much smaller model (:mod:`remat.solver.graph.moccasin`) searches from the best warm
-   start on the cores the LP leaves free;
-4. as soon as the LP is rounded, that search is stopped and CP-SAT searches Checkmate's model,
+2. while Moccasin's much smaller model (:mod:`remat.solver.graph.moccasin`) searches from the
+   best warm start on the cores left free, the CP-SAT model of Checkmate's MILP is built (once)
+   and Checkmate's LP rounding (HiGHS, single-threaded) gets :data:`LP_SHARE` of the time left;
+3. as soon as the LP is rounded, that search is stopped and CP-SAT searches Checkmate's model,
    with every worker and the rest of the time, from the best plan (the warm start or LP rounding's).
 
 The answer is the cheapest schedule found; Moccasin's may be in any op order (not
@@ -140,18 +139,19 @@ def solve(
     if formulation == "moccasin":
         return _solve_intervals(profile, budget, deadline, workers, warm, phases)
     run = _Run(profile, budget, deadline, workers, phases)
-    run.build()
     rounded = None
-    if run.model is not None:
-        # Checkmate's LP rounding (HiGHS, one core) gets its own share: often a much better hint
-        # than the baselines, and its value a second proven bound. Meanwhile CP-SAT searches from
-        # the warm start on the other cores; once the LP is rounded, CP-SAT starts again from the
-        # best plan either found, with every worker and the rest of the time.
-        with _beside(lambda: run.intervals(warm, background_workers(workers)), run.stop_intervals):
+    # Moccasin's small model searches from the warm start on the cores left free while this
+    # thread builds Checkmate's model and runs its LP rounding (HiGHS, one core; its own share):
+    # often a much better hint than the baselines, and its value a second proven bound.
+    with _beside(lambda: run.intervals(warm, background_workers(workers)), run.stop_intervals):
+        run.build()
+        if run.model is not None:
             rounded = round_relaxation(profile, budget, deadline.share(LP_SHARE))
+    if rounded is not None:
         phases["lp_rounding"] = round(rounded.seconds, 3)
         lp = ("lp-rounding", rounded.plan) if rounded.plan is not None else None
         warm = _cheapest(profile, [warm, lp])
+        # then CP-SAT on Checkmate's model, every worker, the rest of the time, from the best plan
         run.search(_cheapest(profile, [warm, run.best]), workers, "cp_sat")
     return _answer(profile, budget, time_limit, deadline, warm, run, rounded)
 
