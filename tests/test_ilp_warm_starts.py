@@ -103,3 +103,30 @@ def test_plan_from_ops_reads_back_the_plan_with_its_frees():
     plan = best_baseline_plan(profile, budget)[1]
     again = plan_from_ops(profile, plan_ops(profile, plan))
     assert again == plan and plan_peak(profile, again) == plan_peak(profile, plan)
+
+
+def test_moccasin_beside_the_lp_wins_when_faster(monkeypatch):
+    """With Checkmate's searches out of the way, the schedule Moccasin found beside the LP is the
+    answer when it beats the warm start; it is simulator-checked and its bound is the LP-side one."""
+    import time
+
+    from remat.solver.deadline import TimeUp
+    from remat.solver.graph.lp_rounding import Rounded
+
+    profile, budget = _chain_graph()
+    baseline = best_baseline_plan(profile, budget)
+
+    def slow_lp(graph, bytes_, deadline):
+        time.sleep(min(4.0, deadline.left()))  # Moccasin searches meanwhile
+        return Rounded("time limit", None, None, "", None, 4.0, "the LP solve")
+
+    def no_search(*args, **kwargs):
+        raise TimeUp("the cp-sat search")
+
+    monkeypatch.setattr(ilp, "round_relaxation", slow_lp)
+    monkeypatch.setattr(ilp, "search", no_search)
+    schedule = ilp.solve(profile, budget, time_limit=20, workers=2)
+    check_schedule(profile, schedule)
+    assert schedule.extra["source"] == "moccasin (beside the LP)"
+    assert schedule.predicted.compute_ms < baseline[1].cost_ms(profile)
+    assert profile.store_all_compute_ms <= schedule.extra["lower_bound_ms"] <= schedule.predicted.compute_ms
