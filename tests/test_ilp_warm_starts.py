@@ -127,6 +127,6 @@ def test_moccasin_beside_the_lp_wins_when_faster(monkeypatch):
     monkeypatch.setattr(ilp, "search", no_search)
     schedule = ilp.solve(profile, budget, time_limit=20, workers=2)
     check_schedule(profile, schedule)
-    assert schedule.extra["source"] == "moccasin (beside the LP)"
+    assert schedule.extra["source"] == "moccasin search beside the LP"
     assert schedule.predicted.compute_ms < baseline[1].cost_ms(profile)
     assert profile.store_all_compute_ms <= schedule.extra["lower_bound_ms"] <= schedule.predicted.compute_ms

@@ -215,7 +215,7 @@ def _answer(profile, budget, time_limit, deadline, warm, run, rounded) -> Schedu
     if side is not None and (plan is None or side.objective_ms < plan.cost_ms(profile)):
         # Moccasin's schedule (any op order) beat every frontier-advancing one found; the bound
         # is still Checkmate's, a bound on every frontier-advancing schedule.
-        extra |= {"source": "moccasin (beside the LP)"} | _gap(side.objective_ms, lower)
+        extra |= {"source": "moccasin search beside the LP"} | _gap(side.objective_ms, lower)
         return make_schedule(profile, budget, NAME, side.ops, side.objective_ms, side.peak_memory, extra=extra)
     extra["source"] = source
     note = _shortfall(run.status, source, run.ran_out, time_limit)
