@@ -1,12 +1,17 @@
-"""How fast the graph ILP certifies optimal schedules on real model graphs, next to LP rounding
-and the baselines.
+"""How fast the graph ILP certifies optimal schedules on real model graphs, next to LP rounding,
+the baselines and (when registered) the hierarchical solver.
 
-For each model graph (examples/graph_<name>.json) and each budget (percent of its store-all
+For each model graph (examples/graph_<name>.json: the bundled VGG16, U-Net, MobileNetV2 and
+ResNet-50, plus ViT-B/16, DenseNet-121 and GPT-2) and each budget (percent of its store-all
 peak): the baselines' step time (store-all, chen-sqrt, chen-greedy), LP rounding (cost, LP bound),
-and the ILP at each time limit (status, objective, proven lower bound, gap, solve seconds).
-Prints a table and writes benchmarks/results/ilp_speed.json with the machine it ran on.
+the ILP at each time limit in each formulation (``--formulations``: Checkmate's stage MILP and
+Moccasin's retention intervals; status, objective, proven lower bound, gap, solve seconds) and
+``hierarchical`` (skipped, with a note in the JSON, while that strategy is not registered).
+Prints a table and writes benchmarks/results/ilp_speed.json with the machine it ran on, once
+after every (graph, budget) row, so an interrupted run keeps what it measured.
 
-    python benchmarks/ilp_speed.py --graphs vgg16,resnet50,mobilenetv2,unet --budgets 50,70,90 --limits 60
+    python benchmarks/ilp_speed.py                                   # 7 graphs x 50/70/85/90% x 60, 600 s
+    python benchmarks/ilp_speed.py --graphs resnet50,unet --budgets 50,70 --limits 60
     python benchmarks/ilp_speed.py --compare-backends --graphs vgg16 --budgets 80 --limits 30
 
 Times are wall-clock seconds on whatever machine runs this; note its load (the JSON records
@@ -31,6 +36,7 @@ from remat.solver import solve  # noqa: E402
 from remat.solver.graph.baselines import best_baseline_plan, store_all_plan  # noqa: E402
 from remat.solver.graph.checkmate_model import solve_model  # noqa: E402
 from remat.solver.graph.stages import memory_lower_bound, plan_peak  # noqa: E402
+from remat.solver.registry import strategy_names  # noqa: E402
 
 
 def machine() -> dict:
@@ -52,14 +58,20 @@ def _run(profile, budget, strategy, **options) -> dict:
         "peak_memory": schedule.predicted.peak_memory,
         "seconds": round(time.perf_counter() - start, 2),
     }
-    for key in ("status", "lower_bound_ms", "gap", "solve_seconds", "source", "variables", "rounding"):
+    for key in ("status", "lower_bound_ms", "gap", "solve_seconds", "source", "variables", "rounding", "note"):
         if key in schedule.extra:
             row[key] = schedule.extra[key]
     return row
 
 
-def benchmark(names, percents, limits, workers, lp_limit) -> list[dict]:
+GRAPHS = "vgg16,unet,mobilenetv2,resnet50,vit_b16,densenet121,gpt2"
+HIERARCHICAL = "hierarchical"
+
+
+def benchmark(names, percents, limits, workers, lp_limit, formulations, done=lambda entry: None) -> list[dict]:
+    """One entry per (graph, budget), handed to ``done`` as soon as it is measured."""
     rows = []
+    hierarchical = HIERARCHICAL in strategy_names("graph")
     for name in names:
         profile = load_profile(ROOT / "examples" / f"graph_{name}.json")
         top = plan_peak(profile, store_all_plan(profile))
@@ -80,11 +92,17 @@ def benchmark(names, percents, limits, workers, lp_limit) -> list[dict]:
                 entry["results"].append(_run(profile, budget, strategy))
             entry["results"].append(_run(profile, budget, "lp-rounding", time_limit=lp_limit))
             for limit in limits:
-                row = _run(profile, budget, "ilp", time_limit=limit, workers=workers)
-                row["time_limit"] = limit
-                entry["results"].append(row)
+                for formulation in formulations:
+                    row = _run(profile, budget, "ilp", time_limit=limit, workers=workers, formulation=formulation)
+                    row |= {"time_limit": limit, "formulation": formulation}
+                    entry["results"].append(row)
+            if hierarchical:
+                entry["results"].append(_run(profile, budget, HIERARCHICAL))
+            else:
+                entry["note"] = f"strategy '{HIERARCHICAL}' is not registered in this checkout: no column"
             rows.append(entry)
             print_entry(entry)
+            done(entry)
     return rows
 
 
@@ -96,7 +114,8 @@ def print_entry(entry: dict) -> None:
         flush=True,
     )
     for row in entry["results"]:
-        label = row["strategy"] + (f" {row['time_limit']:g}s" if "time_limit" in row else "")
+        label = row["strategy"] + (f" {row['formulation'][:4]}" if "formulation" in row else "")
+        label += f" {row['time_limit']:g}s" if "time_limit" in row else ""
         if "error" in row:
             if row.get("min_budget"):
                 smallest = row["min_budget"] / 2**30
@@ -145,11 +164,12 @@ def compare_backends(names, percents, limit, workers) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--graphs", default="vgg16,resnet50,mobilenetv2,unet")
-    parser.add_argument("--budgets", default="50,60,70,80,90", help="percent of the store-all peak")
+    parser.add_argument("--graphs", default=GRAPHS)
+    parser.add_argument("--budgets", default="50,70,85,90", help="percent of the store-all peak")
     parser.add_argument("--limits", default="60,600", help="ILP time limits in seconds")
     parser.add_argument("--lp-limit", type=float, default=60.0, help="LP relaxation time limit, seconds")
     parser.add_argument("--workers", type=int, default=8, help="CP-SAT workers")
+    parser.add_argument("--formulations", default="checkmate,moccasin", help="ilp formulations, each at every limit")
     parser.add_argument("--compare-backends", action="store_true")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "ilp_speed.json"))
     parser.add_argument("--append", action="store_true", help="add to the rows already in --out")
@@ -166,12 +186,19 @@ def main() -> None:
         # One machine record per invocation (load differs between them).
         data["machines"] = previous.get("machines") or [m for m in (previous.get("machine"),) if m]
         data["machines"].append(data["machine"])
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(entry: dict | None = None) -> None:
+        if entry is not None:
+            data["runs"].append(entry)
+        out.write_text(json.dumps(data, indent=1))
+
     if args.compare_backends:
         data["backends"] += compare_backends(names, percents, limits[0], args.workers)
+        write()
     else:
-        data["runs"] += benchmark(names, percents, limits, args.workers, args.lp_limit)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=1))
+        formulations = [f for f in args.formulations.split(",") if f]
+        benchmark(names, percents, limits, args.workers, args.lp_limit, formulations, done=write)
     print(f"\nwrote {out}")
 
 

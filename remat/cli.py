@@ -129,7 +129,8 @@ def _cmd_solve(args: argparse.Namespace) -> int:
 
     profile = load_profile(args.profile)
     budget = parse_budget(args.budget, profile)
-    options = {name: getattr(args, name, None) for name in ("segments", "checkpoints", "slots", "time_limit")}
+    names = ("segments", "checkpoints", "slots", "time_limit", "formulation")
+    options = {name: getattr(args, name, None) for name in names}
     with _elapsed_bar(profile, args.strategy, args.time_limit):
         schedule = solve(profile, budget, args.strategy, **options)
     check_schedule(profile, schedule)
@@ -515,6 +516,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="optimal (default 500), hierarchical (1000): memory discretization levels",
     )
     solve.add_argument("--time-limit", type=seconds, help=f"ilp, lp-rounding: {TIME_LIMIT_HELP} (ilp default 60)")
+    solve.add_argument(
+        "--formulation",
+        choices=("checkmate", "moccasin"),
+        help="ilp: Checkmate's stage MILP (default) or Moccasin's retention intervals (docs/strategies.md)",
+    )
     solve.add_argument("-o", "--output", type=output_file, help="write the schedule JSON here")
     solve.set_defaults(func=_cmd_solve)
 

@@ -14,6 +14,7 @@ from remat.cli import main
 from remat.schedules import ChainProfile, GraphNode, GraphProfile, InfeasibleBudgetError, Stage, simulate
 from remat.schedules.simulator import check_schedule
 from remat.solver import solve
+from remat.solver.deadline import Deadline
 from remat.solver.graph.baselines import best_baseline_plan, store_all_plan
 from remat.solver.graph.chain_to_graph import chain_to_graph
 from remat.solver.graph.checkmate_model import solve_model
@@ -146,7 +147,8 @@ def test_time_limited_solve_returns_a_feasible_schedule():
         stages.append(Stage(f"s{i}", rng.uniform(1, 3), rng.uniform(2, 6), size, size))
     profile = chain_to_graph(ChainProfile("chain30", 4096, tuple(stages)))
     budget = int(plan_peak(profile, store_all_plan(profile)) * 0.5)
-    warm = best_baseline_plan(profile, budget)
+    # the baselines that always run, whatever the time (the greedy variants may be cut short on a loaded machine)
+    warm = best_baseline_plan(profile, budget, Deadline(0.0))
     assert warm is not None
     schedule = solve(profile, budget, "ilp", time_limit=0.5, workers=1)
     check_schedule(profile, schedule)

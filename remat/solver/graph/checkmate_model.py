@@ -256,8 +256,11 @@ class _Model:
         self.m.Add(constraint)
 
     def hint(self, plan: StagePlan) -> None:
-        """Give the solver a complete solution: R, S from the plan; FREE and U by Checkmate's rules."""
+        """Give the solver a complete solution: R, S from the plan; FREE and U by Checkmate's rules
+        (replacing any earlier hint, so one built model can be searched again from a better plan)."""
         n = self.profile.size
+        if self.backend == "cp-sat":
+            self.m.ClearHints()
         values: list[tuple[Any, int]] = []
         for (t, i), var in self.R.items():
             if not isinstance(var, int):
@@ -282,6 +285,12 @@ class _Model:
         else:
             self.m.SetHint([v for v, _ in values], [float(x) for _, x in values])
 
+    def stop(self) -> None:
+        """Ask a CP-SAT search running in another thread to end now (it returns its best so far)."""
+        solver = getattr(self, "_solver", None)
+        if solver is not None:
+            solver.StopSearch()
+
     def value(self, var: Any) -> float:
         if isinstance(var, int):
             return float(var)
@@ -289,9 +298,10 @@ class _Model:
             return float(self._solver.Value(var))
         return var.solution_value()
 
-    def solve(self, workers: int) -> tuple[str, float | None, float]:
-        """Run the backend until the deadline; return (status, bound in scaled units or None, seconds)."""
-        time_limit = self.deadline.left()
+    def solve(self, workers: int, deadline: Deadline | None = None) -> tuple[str, float | None, float]:
+        """Run the backend until ``deadline`` (default: the building deadline); return (status,
+        bound in scaled units or None, seconds)."""
+        time_limit = (deadline or self.deadline).left()
         if time_limit <= 0:
             raise TimeUp("the LP solve" if self.relax else f"the {self.backend} search")
         start = time.perf_counter()
@@ -299,8 +309,8 @@ class _Model:
             solver = self.cp.CpSolver()
             solver.parameters.max_time_in_seconds = float(time_limit)
             solver.parameters.num_workers = max(1, int(workers))
+            self._solver = solver  # before the search, so that another thread can stop it
             code = solver.Solve(self.m)
-            self._solver = solver
             seconds = time.perf_counter() - start
             status = {
                 self.cp.OPTIMAL: "optimal",
@@ -364,11 +374,34 @@ def solve_model(
     the time runs out before the solver starts."""
     deadline = as_deadline(time_limit)
     start = time.perf_counter()
-    model = _Model(profile, budget, backend, deadline=deadline)
-    if hint is not None:
-        model.hint(hint)
+    model = build_model(profile, budget, deadline, backend)
     build = time.perf_counter() - start
-    status, bound, seconds = model.solve(workers)
+    return search(model, deadline, workers, hint, build)
+
+
+def build_model(profile: GraphProfile, budget: int, time_limit: float | Deadline, backend: str = BACKEND_CHOICE):
+    """Checkmate's MILP for ``budget`` bytes, ready for :func:`search` (once or several times,
+    e.g. again from a better warm start); raises :class:`TimeUp` if building outlasts ``time_limit``."""
+    return _Model(profile, budget, backend, deadline=as_deadline(time_limit))
+
+
+def search(
+    model: _Model,
+    time_limit: float | Deadline,
+    workers: int = DEFAULT_WORKERS,
+    hint: StagePlan | None = None,
+    build_seconds: float = 0.0,
+) -> ModelResult:
+    """Search a built model until ``time_limit`` (seconds or a :class:`Deadline`), from ``hint``
+    when given (it replaces the previous search's hint); raises :class:`TimeUp` if no time is left."""
+    deadline = as_deadline(time_limit)
+    profile = model.profile
+    start = time.perf_counter()
+    if hint is not None:
+        model.deadline = deadline
+        model.hint(hint)
+    status, bound, seconds = model.solve(workers, deadline)
+    build_seconds += time.perf_counter() - start - seconds  # the hint is part of the set-up
     plan = None
     objective = None
     memory = None
@@ -383,7 +416,7 @@ def solve_model(
         # The objective counts recomputations only (the R[t, t] are fixed); integer costs were
         # rounded down, so bound / scale is a valid lower bound on the recomputation milliseconds.
         lower = profile.store_all_compute_ms + bound / model.scale
-    return ModelResult(plan, status, lower, objective, seconds, build, memory, model.count, matches)
+    return ModelResult(plan, status, lower, objective, seconds, build_seconds, memory, model.count, matches)
 
 
 def minimum_peak(
@@ -421,4 +454,13 @@ def solve_relaxation(
     return status, profile.store_all_compute_ms + bound / model.scale, fractional
 
 
-__all__ = ["ModelResult", "solve_model", "solve_relaxation", "BACKENDS", "BACKEND_CHOICE", "minimum_peak"]
+__all__ = [
+    "ModelResult",
+    "solve_model",
+    "build_model",
+    "search",
+    "solve_relaxation",
+    "BACKENDS",
+    "BACKEND_CHOICE",
+    "minimum_peak",
+]

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from remat.schedules import GraphProfile, InfeasibleBudgetError, Op, RematError, Schedule
 from remat.solver.common import ProfileCache, SolverBug, Strategy, make_schedule, require_graph
-from remat.solver.deadline import Deadline
+from remat.solver.deadline import Deadline, TimeUp
 from remat.solver.graph.baselines import store_all_plan
 from remat.solver.graph.blocks import Blocks, cut_blocks
 from remat.solver.graph.hierarchical_block import BlockModel, BlockOption, block_model, merged_kept_sets
@@ -60,13 +60,23 @@ class Solved:
     options: tuple[tuple[BlockOption, ...], ...]
 
 
-def _solved(profile: GraphProfile, merge: int = MERGE) -> Solved:
+def _solved(profile: GraphProfile, merge: int = MERGE, deadline: Deadline | None = None) -> Solved:
+    """The (cached) block models; ``deadline`` is checked between blocks (:class:`TimeUp`)."""
+
+    def check() -> None:
+        if deadline is not None:
+            deadline.check(NAME)
+
     def compute() -> Solved:
         blocks = cut_blocks(profile)
         n = len(blocks.blocks)
-        models = {(s, s + 1): block_model(profile, blocks, s) for s in range(n)}
+        models = {}
+        for s in range(n):
+            check()
+            models[(s, s + 1)] = block_model(profile, blocks, s)
         for span in range(2, merge + 1):
             for s in range(n - span + 1):
+                check()
                 parts = [models[(k, k + 1)] for k in range(s, s + span)]
                 kept_sets = merged_kept_sets(profile, blocks, parts, s)
                 if kept_sets is not None:
@@ -108,11 +118,15 @@ def solve(profile: GraphProfile, budget: int, slots: int = SLOTS) -> Schedule:
     """The fastest block schedule within ``budget`` bytes (see the module docstring for what
     that is optimal among); raises :class:`InfeasibleBudgetError` with the exact smallest budget
     it can meet."""
+    return _solve(profile, budget, slots, None)
+
+
+def _solve(profile: GraphProfile, budget: int, slots: int, deadline: Deadline | None) -> Schedule:
     profile = require_graph(profile, NAME)
     slots = int(slots)
     if slots < 1:
         raise RematError(f"strategy '{NAME}': slots must be at least 1, got {slots}")
-    solved = _solved(profile)  # refuses a graph it cannot cut, whatever the budget
+    solved = _solved(profile, deadline=deadline)  # refuses a graph it cannot cut, whatever the budget
     store_all = store_all_plan(profile)
     if plan_peak(profile, store_all) <= budget:
         ops = plan_ops(profile, store_all)
@@ -143,45 +157,20 @@ def solve(profile: GraphProfile, budget: int, slots: int = SLOTS) -> Schedule:
 
 def hierarchical_plan(profile: GraphProfile, budget: int, deadline: Deadline | None = None) -> StagePlan | None:
     """The hierarchical schedule within ``budget`` bytes as a frontier-advancing R/S plan (e.g. an
-    ILP warm start), or None: infeasible budget, a graph it cannot cut, ``deadline`` already
-    passed, or ops not in frontier-advancing form. The plan's peak (Checkmate's implied frees,
-    never later than ours) is at most the schedule's."""
-    if deadline is not None and deadline.left() <= 0:
-        return None
+    ILP warm start), or None: infeasible budget, a graph it cannot cut, ``deadline`` passed
+    before the block models were built, or ops not in frontier-advancing form. The plan's peak
+    (Checkmate's implied frees, never later than ours) is at most the schedule's."""
     try:
-        schedule = solve(profile, budget)
-    except RematError:
+        schedule = _solve(profile, budget, SLOTS, deadline)
+    except (RematError, TimeUp):
         return None
     plan = plan_from_ops(profile, schedule.ops)
     if plan is None:
         return None
-    plan = StagePlan(plan.R, _held_into_stages(profile, schedule.ops))
     plan.check(profile)
     if plan_peak(profile, plan) > budget:
         raise SolverBug(f"{NAME}: the R/S plan of its schedule peaks above the schedule")
     return plan
-
-
-def _held_into_stages(profile: GraphProfile, ops) -> tuple[frozenset[int], ...]:
-    """S[t]: the nodes held when stage t starts, i.e. after the frees that follow stage t-1's
-    last compute (:func:`plan_from_ops` reads them before those frees, which would count a node
-    freed right after its last use as kept into the next stage)."""
-    held: set[int] = set()
-    S: list[frozenset[int]] = [frozenset()]
-    seen: set[int] = set()
-    closing = False
-    for name, v in ops:
-        if name == "compute" and closing:
-            S.append(frozenset(held))
-            closing = False
-        if name == "free":
-            held.discard(v)
-            continue
-        held.add(v)
-        if v not in seen:
-            seen.add(v)
-            closing = True
-    return tuple(S[: profile.size])
 
 
 STRATEGY = Strategy(

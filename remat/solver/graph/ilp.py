@@ -4,36 +4,69 @@ Optimal among frontier-advancing schedules (stage t computes node t last, recomp
 before it in index order; see :mod:`remat.solver.graph.checkmate_model`), which is Checkmate's claim
 too: with the profile's fixed topological order, not over every possible op order.
 
-The solver is warm-started with the cheaper of the best graph baseline that fits (store-all,
-chen-sqrt, chen-greedy and greedy variants) and Checkmate's LP rounding (given up to 60% of the time
-limit), so a time-limited solve always returns a schedule when either fits. The schedule's
-``extra`` reports ``status`` (optimal / feasible), ``lower_bound_ms`` (the larger of CP-SAT's
-bound and the LP value, both proven), ``gap`` = (compute_ms - lower_bound_ms) / compute_ms,
-``solve_seconds`` (LP + CP-SAT) and the warm start.
+Phases, all on one deadline (:mod:`remat.solver.deadline`):
+
+1. warm starts: the best graph baseline that fits (store-all, chen-sqrt, chen-greedy and greedy
+   variants, up to a quarter of the time), then each provider of :data:`WARM_STARTS` (or the
+   ``warm_starts`` argument), ``(profile, budget, deadline) -> StagePlan | None``, each given
+   :data:`PROVIDER_SHARE` of the time left; plans are checked, over-budget ones ignored;
+2. while Moccasin's much smaller model (:mod:`remat.solver.graph.moccasin`) searches from the
+   best warm start on the cores left free, the CP-SAT model of Checkmate's MILP is built (once)
+   and Checkmate's LP rounding (HiGHS, single-threaded) gets :data:`LP_SHARE` of the time left;
+3. as soon as the LP is rounded, that search is stopped and CP-SAT searches Checkmate's model,
+   with every worker and the rest of the time, from the best plan (the warm start or LP rounding's).
+
+The answer is the cheapest schedule found; Moccasin's may be in any op order (not
+frontier-advancing), and it wins only when it is faster than every frontier-advancing one found.
+
+The schedule's ``extra`` reports ``status`` (optimal / feasible), ``lower_bound_ms`` (the larger
+of CP-SAT's bound and the LP value, both proven), ``gap`` = (compute_ms - lower_bound_ms) /
+compute_ms, ``phases_seconds`` and the warm start. ``formulation="moccasin"`` replaces phases 2-4
+by Moccasin's retention-interval model (:mod:`remat.solver.graph.moccasin`: any op order, each
+node computed at most twice; its bound holds for that space).
 Units: bytes, milliseconds, seconds for the time limit.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 
-from remat.schedules import GraphProfile, InfeasibleBudgetError, RematError, Schedule
+from remat.schedules import GraphProfile, InfeasibleBudgetError, RematError, Schedule, ScheduleError
 from remat.schedules.units import format_size
 from remat.solver.common import SolverBug, Strategy, make_schedule, require_graph
 from remat.solver.deadline import Deadline, TimeUp, check_time_limit
 from remat.solver.graph.baselines import best_baseline_plan, store_all_plan
-from remat.solver.graph.checkmate_model import BACKEND_CHOICE, DEFAULT_WORKERS, minimum_peak, solve_model
+from remat.solver.graph.checkmate_model import BACKEND_CHOICE, DEFAULT_WORKERS, build_model, minimum_peak, search
+from remat.solver.graph.hierarchical import hierarchical_plan
 from remat.solver.graph.lp_rounding import round_relaxation
+from remat.solver.graph.moccasin import DEFAULT_COPIES, build_intervals, solve_intervals
 from remat.solver.graph.stages import StagePlan, memory_lower_bound, plan_memory, plan_ops, plan_peak
 
 NAME = "ilp"
 DEFAULT_TIME_LIMIT = 60.0
-# Up to this share of the time limit goes to LP rounding before CP-SAT. Measured on the ResNet-50
-# graph at 90% with a 60 s limit: the LP alone needed 34 s; with a 0.3 share it did not finish, the
-# warm start fell back to a baseline and CP-SAT ended at +10.1% where LP rounding alone reaches
-# +1.1%. On small graphs the LP ends in seconds and CP-SAT gets the rest anyway.
-LP_SHARE = 0.6
+# Up to this share of the time left goes to LP rounding (HiGHS, one core) while Moccasin's model
+# searches from the warm start on the other cores; CP-SAT then searches Checkmate's model, with
+# every worker, from the best frontier-advancing plan. The share is large because the LP is the
+# one source of a good frontier-advancing plan on the larger graphs: on the ResNet-50 graph (141
+# nodes) at 50% and 70% with a 60 s limit on a loaded 2-core machine, CP-SAT alone (one worker
+# beside the LP, then eight) did not improve on the chen-greedy warm start at all (+33.4%,
+# +24.5%), and the LP needed ~12 s to build and ~37 s to solve, more than a 0.6 share (~33 s)
+# gave it. The search beside it loses nothing when the LP is slow; when the LP is fast, CP-SAT
+# gets the rest with every worker anyway.
+LP_SHARE = 0.85
 BASELINE_SHARE = 0.25
+PROVIDER_SHARE = 0.1
+FORMULATIONS = ("checkmate", "moccasin")
+DEFAULT_FORMULATION = "checkmate"
+
+
+def background_workers(workers: int) -> int:
+    """CP-SAT workers while the LP runs: the cores the single-threaded LP leaves free (at least 1),
+    so that the LP is not slowed down by more search threads than cores."""
+    return max(1, min(workers, (os.cpu_count() or 1) - 1))
 
 
 def default_workers() -> int:
@@ -63,13 +96,33 @@ def infeasible(
     return InfeasibleBudgetError(strategy, budget, best, detail, bound="found")
 
 
+# A warm-start provider: (profile, budget bytes, deadline) -> a plan, or None when it has none.
+WarmStart = Callable[[GraphProfile, int, Deadline], "StagePlan | None"]
+
+
+# Extra warm starts tried after the baselines, each given PROVIDER_SHARE of the time left; the
+# cheapest plan within the budget is CP-SAT's first hint. The hierarchical solver's plan is often
+# far better than the baselines' on large graphs (DenseNet-121, ViT: docs/strategies.md).
+WARM_STARTS: tuple[tuple[str, WarmStart], ...] = (("hierarchical", hierarchical_plan),)
+
+
 def solve(
-    profile: GraphProfile, budget: int, time_limit: float = DEFAULT_TIME_LIMIT, workers: int | None = None
+    profile: GraphProfile,
+    budget: int,
+    time_limit: float = DEFAULT_TIME_LIMIT,
+    workers: int | None = None,
+    warm_starts: Sequence[tuple[str, WarmStart]] | None = None,
+    formulation: str = DEFAULT_FORMULATION,
 ) -> Schedule:
     """The cheapest frontier-advancing schedule within ``budget`` bytes, or the best found in
-    ``time_limit`` seconds for the whole solve (baselines, LP rounding, model building, CP-SAT;
-    within the margin of :mod:`remat.solver.deadline`), with its proven lower bound and gap."""
+    ``time_limit`` seconds for the whole solve (warm starts, model building, CP-SAT, LP rounding,
+    CP-SAT again; within the margin of :mod:`remat.solver.deadline`), with its proven lower bound
+    and gap. ``warm_starts`` replaces :data:`WARM_STARTS` (the baselines always run);
+    ``formulation`` is one of :data:`FORMULATIONS` (``moccasin``: :mod:`remat.solver.graph.moccasin`,
+    CP-SAT alone from the best warm start, no LP)."""
     profile = require_graph(profile, NAME)
+    if formulation not in FORMULATIONS:
+        raise RematError(f"strategy '{NAME}': unknown formulation {formulation!r} (use {', '.join(FORMULATIONS)})")
     deadline = Deadline(check_time_limit(time_limit, NAME))
     workers = default_workers() if workers is None else int(workers)
     _refuse_below_floor(profile, budget)
@@ -80,33 +133,217 @@ def solve(
     if warm is not None and plan_peak(profile, warm[1]) <= budget and warm[1].cost_ms(profile) <= total:
         # Store-all fits: nothing is recomputed, which no schedule can beat.
         name, plan = warm
-        extra = _timing(deadline, phases) | {"status": "optimal", "warm_start": name}
+        extra = _timing(deadline, phases) | {"status": "optimal", "warm_start": name, "formulation": formulation}
         return _finish(profile, budget, plan, plan_memory(profile, plan), total, extra)
-    # Spend up to LP_SHARE of the time left on LP rounding (Checkmate's approximation): its
-    # schedule is often a much better warm start than the baselines, and the LP value is a second
-    # lower bound. CP-SAT (building included) gets whatever is left of the one deadline.
-    rounded = round_relaxation(profile, budget, deadline.share(LP_SHARE))
-    phases["lp_rounding"] = round(rounded.seconds, 3)
-    if rounded.plan is not None and (warm is None or rounded.plan.cost_ms(profile) < warm[1].cost_ms(profile)):
-        warm = ("lp-rounding", rounded.plan)
-    result, ran_out = _cp_sat(profile, budget, deadline, workers, warm[1] if warm else None, phases)
-    plan, memory, source = _solver_plan(profile, result)
+    offered = WARM_STARTS if warm_starts is None else tuple(warm_starts)
+    warm = _cheapest(profile, [warm, *_provided(profile, budget, deadline, offered, phases)])
+    if formulation == "moccasin":
+        return _solve_intervals(profile, budget, deadline, workers, warm, phases)
+    run = _Run(profile, budget, deadline, workers, phases)
+    rounded = None
+    # Moccasin's small model searches from the warm start on the cores left free while this
+    # thread builds Checkmate's model and runs its LP rounding (HiGHS, one core; its own share):
+    # often a much better hint than the baselines, and its value a second proven bound.
+    with _beside(lambda: run.intervals(warm, background_workers(workers)), run.stop_intervals):
+        run.build()
+        if run.model is not None:
+            rounded = round_relaxation(profile, budget, deadline.share(LP_SHARE))
+    if rounded is not None:
+        phases["lp_rounding"] = round(rounded.seconds, 3)
+        lp = ("lp-rounding", rounded.plan) if rounded.plan is not None else None
+        warm = _cheapest(profile, [warm, lp])
+        # then CP-SAT on Checkmate's model, every worker, the rest of the time, from the best plan
+        run.search(_cheapest(profile, [warm, run.best]), workers, "cp_sat")
+    return _answer(profile, budget, time_limit, deadline, warm, run, rounded)
+
+
+def _solve_intervals(profile, budget, deadline, workers, warm, phases) -> Schedule:
+    """The retention-interval model from the warm start for the rest of the deadline; the
+    cheaper of its schedule and the warm start. Its bound holds for its own search space (each
+    node computed at most ``DEFAULT_COPIES`` times, in any order)."""
+    ran_out = None
+    try:
+        hint = plan_ops(profile, warm[1]) if warm else None
+        result = solve_intervals(profile, budget, deadline, workers, DEFAULT_COPIES, hint)
+    except TimeUp as up:
+        result, ran_out = None, up.phase
+    if result is not None and result.status == "infeasible":
+        detail = f"no schedule computing each node at most {DEFAULT_COPIES} times fits, proven by the moccasin model"
+        raise InfeasibleBudgetError(NAME, budget, memory_lower_bound(profile), detail, bound="at least")
+    extra = {"formulation": "moccasin", "warm_start": warm[0] if warm else None}
+    extra["status"] = result.status if result is not None and result.status == "optimal" else "feasible"
+    if result is not None:
+        phases["moccasin_search"] = round(result.solve_seconds, 3)
+        extra["variables"] = result.variables
+    lower = max((result.lower_bound_ms or 0.0) if result else 0.0, profile.store_all_compute_ms)
+    if result is not None and result.ops and (warm is None or result.objective_ms < warm[1].cost_ms(profile)):
+        cost, extra["source"] = result.objective_ms, "solver"
+        extra |= _timing(deadline, phases) | _gap(cost, lower)
+        return make_schedule(profile, budget, NAME, result.ops, cost, result.peak_memory, extra=extra)
+    if warm is None:
+        raise RematError(
+            f"strategy '{NAME}' (moccasin) found no schedule for {format_size(budget)} within {deadline.limit:g} s "
+            "and no baseline fits this budget; try a larger --time-limit or budget"
+        )
+    extra["source"] = f"warm start ({warm[0]})"
+    note = _shortfall(extra["status"], extra["source"], ran_out, deadline.limit)
+    extra |= {"note": note} if note else {}
+    return _finish(profile, budget, warm[1], plan_memory(profile, warm[1]), lower, _timing(deadline, phases) | extra)
+
+
+def _gap(cost: float, lower: float) -> dict:
+    lower = min(lower, cost)
+    return {"lower_bound_ms": lower, "gap": (cost - lower) / cost if cost > 0 else 0.0}
+
+
+def _answer(profile, budget, time_limit, deadline, warm, run, rounded) -> Schedule:
+    """The cheapest of CP-SAT's plan, the warm start and Moccasin's schedule, with the best proven
+    bound on frontier-advancing schedules (Checkmate's CP-SAT bound or the LP value)."""
+    plan, memory, source = (run.best[1], run.memory, "solver") if run.best else (None, None, "")
     if warm is not None and (plan is None or warm[1].cost_ms(profile) < plan.cost_ms(profile)):
         plan, memory, source = warm[1], plan_memory(profile, warm[1]), f"warm start ({warm[0]})"
-    if plan is None:
+    side = run.side
+    if plan is None and side is None:
         raise RematError(
             f"strategy '{NAME}' found no schedule for {format_size(budget)} within {time_limit:g} s and no baseline "
             "fits this budget; try a larger --time-limit or budget"
         )
-    status = "feasible" if result is None or result.status == "unknown" else result.status
-    lp_bound = rounded.value if rounded.status == "optimal" else None
-    lower = max((result.lower_bound_ms or 0.0) if result else 0.0, lp_bound or 0.0, total)
-    extra = _timing(deadline, phases) | {"status": status, "warm_start": warm[0] if warm else None}
-    extra |= {"source": source} | ({"variables": result.variables} if result else {})
-    note = _shortfall(status, source, ran_out, time_limit)
+    lp_bound = rounded.value if rounded is not None and rounded.status == "optimal" else None
+    lower = max(run.lower, lp_bound or 0.0, profile.store_all_compute_ms)
+    extra = _timing(deadline, run.phases) | {"status": run.status, "warm_start": warm[0] if warm else None}
+    extra["formulation"] = "checkmate"
+    extra |= {"variables": run.variables} if run.variables else {}
+    if side is not None and (plan is None or side.objective_ms < plan.cost_ms(profile)):
+        # Moccasin's schedule (any op order) beat every frontier-advancing one found; the bound
+        # is still Checkmate's, a bound on every frontier-advancing schedule.
+        extra |= {"source": "moccasin search beside the LP"} | _gap(side.objective_ms, lower)
+        return make_schedule(profile, budget, NAME, side.ops, side.objective_ms, side.peak_memory, extra=extra)
+    extra["source"] = source
+    note = _shortfall(run.status, source, run.ran_out, time_limit)
     if note:
         extra["note"] = note
     return _finish(profile, budget, plan, memory, lower, extra)
+
+
+def _cheapest(profile: GraphProfile, candidates) -> tuple[str, StagePlan] | None:
+    """The cheapest (name, plan) among the candidates that are not None (the first on ties)."""
+    present = [c for c in candidates if c is not None]
+    return min(present, key=lambda c: c[1].cost_ms(profile)) if present else None
+
+
+def _provided(profile, budget, deadline, providers, phases) -> list[tuple[str, StagePlan]]:
+    """The plans within ``budget`` that the providers return, each checked; each provider gets
+    PROVIDER_SHARE of the time left (one that runs out or has no plan adds nothing)."""
+    plans = []
+    for name, provide in providers:
+        started = deadline.elapsed()
+        try:
+            plan = provide(profile, budget, deadline.share(PROVIDER_SHARE))
+        except TimeUp:
+            plan = None
+        phases[f"warm_start {name}"] = round(deadline.elapsed() - started, 3)
+        if plan is None:
+            continue
+        try:
+            plan.check(profile)
+        except ScheduleError as error:
+            raise SolverBug(f"{NAME}: warm start '{name}' returned an invalid plan: {error}") from None
+        if plan_peak(profile, plan) <= budget:
+            plans.append((name, plan))
+    return plans
+
+
+class _Run:
+    """One CP-SAT model, built once and searched from successive hints; keeps the best plan
+    found, the best proven bound (ms), the status and where the time ran out."""
+
+    def __init__(self, profile: GraphProfile, budget: int, deadline: Deadline, workers: int, phases: dict):
+        self.profile, self.budget, self.deadline, self.workers = profile, budget, deadline, workers
+        self.phases = phases
+        self.model = None
+        self.best: tuple[str, StagePlan] | None = None
+        self.memory: dict | None = None
+        self.lower = 0.0
+        self.status = "feasible"
+        self.ran_out: str | None = None
+        self.variables = 0
+        self.side = None  # Moccasin's result from beside the LP (an IntervalResult with ops)
+        self._intervals = None
+        self._stopping = False
+
+    def build(self) -> None:
+        started = self.deadline.elapsed()
+        try:
+            self.model = build_model(self.profile, self.budget, self.deadline)
+        except TimeUp as up:
+            self.ran_out = up.phase
+            return
+        self.phases["cp_sat_build"] = round(self.deadline.elapsed() - started, 3)
+        self.variables = self.model.count
+
+    def search(self, warm: tuple[str, StagePlan] | None, workers: int, phase: str) -> None:
+        """Search until the deadline (or :meth:`in_background`'s stop) from ``warm``; raises
+        :class:`InfeasibleBudgetError` if CP-SAT proves the budget infeasible."""
+        if self.model is None or self.status == "optimal":
+            return
+        try:
+            result = search(self.model, self.deadline, workers, warm[1] if warm else None)
+        except TimeUp as up:
+            self.ran_out = up.phase
+            return
+        self.phases[phase] = round(result.solve_seconds, 3)
+        self.ran_out = None
+        if result.status == "infeasible":
+            raise infeasible(self.profile, self.budget, NAME, self.deadline, self.workers)
+        self.lower = max(self.lower, result.lower_bound_ms or 0.0)
+        self.status = "optimal" if result.status == "optimal" else self.status
+        plan, memory, _ = _solver_plan(self.profile, result)
+        if plan is not None and (self.best is None or plan.cost_ms(self.profile) < self.best[1].cost_ms(self.profile)):
+            self.best, self.memory = ("cp-sat", plan), memory
+
+    def intervals(self, warm: tuple[str, StagePlan] | None, workers: int) -> None:
+        """Moccasin's model from ``warm`` until the deadline or :meth:`stop_intervals`; keeps its
+        schedule in ``self.side`` (any op order: not a hint for Checkmate's model)."""
+        hint = plan_ops(self.profile, warm[1]) if warm else None
+        try:
+            self._intervals = build_intervals(self.profile, self.budget, self.deadline, DEFAULT_COPIES, hint)
+            if self._stopping:
+                return
+            result = self._intervals.search(self.deadline, workers)
+        except TimeUp:
+            return
+        self.phases["moccasin_during_lp"] = round(result.solve_seconds, 3)
+        if result.ops is not None:
+            self.side = result
+
+    def stop_intervals(self) -> None:
+        self._stopping = True
+        if self._intervals is not None:
+            self._intervals.stop()
+
+
+@contextmanager
+def _beside(work: Callable[[], None], stop: Callable[[], None]):
+    """Run ``work`` in a thread (CP-SAT releases the GIL) while the body runs; call ``stop`` until
+    it ends once the body is done, and re-raise what it raised."""
+    failed: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            work()
+        except BaseException as error:  # re-raised in the caller's thread
+            failed.append(error)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        while thread.is_alive():  # a stop asked before the search began would be lost: ask again
+            stop()
+            thread.join(0.05)
+    if failed:
+        raise failed[0]
 
 
 def _refuse_below_floor(profile: GraphProfile, budget: int) -> None:
@@ -119,21 +356,6 @@ def _refuse_below_floor(profile: GraphProfile, budget: int) -> None:
     if best_baseline_plan(profile, floor) is not None:
         raise InfeasibleBudgetError(NAME, budget, floor, detail + ", and a schedule fits that")
     raise InfeasibleBudgetError(NAME, budget, floor, detail, bound="at least")
-
-
-def _cp_sat(profile: GraphProfile, budget: int, deadline: Deadline, workers: int, hint, phases: dict):
-    """CP-SAT (building included) with what is left of ``deadline``: (result or None, the phase
-    the time ran out in or None); records its phases; raises if the budget is infeasible."""
-    phases["cp_sat_given"] = round(deadline.left(), 3)
-    try:
-        result = solve_model(profile, budget, deadline, workers, BACKEND_CHOICE, hint=hint)
-    except TimeUp as up:
-        return None, up.phase
-    phases["cp_sat_build"] = round(result.build_seconds, 3)
-    phases["cp_sat_search"] = round(result.solve_seconds, 3)
-    if result.status == "infeasible":
-        raise infeasible(profile, budget, NAME, deadline, workers)
-    return result, None
 
 
 def _solver_plan(profile: GraphProfile, result) -> tuple[StagePlan | None, dict | None, str]:
@@ -195,6 +417,6 @@ STRATEGY = Strategy(
     kind="graph",
     description="Checkmate's MILP on OR-Tools CP-SAT: optimal (or best within --time-limit, with its gap)",
     solve=solve,
-    options=("time_limit", "workers"),
+    options=("time_limit", "workers", "formulation"),
     reference="Jain et al. 2020, Checkmate: Breaking the Memory Wall with Optimal Tensor Rematerialization",
 )

@@ -154,6 +154,9 @@ def plan_from_ops(profile: GraphProfile, ops: Sequence[Op]) -> StagePlan | None:
             continue
         if stage >= n or v in held or v < last or v > stage:
             return None
+        if not current and stage > 0:
+            # what is held when the stage starts: after the previous stage's last frees
+            S[stage] = frozenset(held)
         current.add(v)
         held.add(v)
         last = v
@@ -162,8 +165,6 @@ def plan_from_ops(profile: GraphProfile, ops: Sequence[Op]) -> StagePlan | None:
             current = set()
             stage += 1
             last = -1
-            if stage < n:
-                S[stage] = frozenset(held)
     if stage != n or current:
         return None
     return StagePlan(tuple(frozenset(r) for r in R), tuple(S))
