@@ -125,8 +125,32 @@ def test_moccasin_beside_the_lp_wins_when_faster(monkeypatch):
 
     monkeypatch.setattr(ilp, "round_relaxation", slow_lp)
     monkeypatch.setattr(ilp, "search", no_search)
-    schedule = ilp.solve(profile, budget, time_limit=20, workers=2)
+    # no providers: the hierarchical plan is often as good as Moccasin's on this chain
+    schedule = ilp.solve(profile, budget, time_limit=20, workers=2, warm_starts=())
     check_schedule(profile, schedule)
     assert schedule.extra["source"] == "moccasin search beside the LP"
     assert schedule.predicted.compute_ms < baseline[1].cost_ms(profile)
     assert profile.store_all_compute_ms <= schedule.extra["lower_bound_ms"] <= schedule.predicted.compute_ms
+
+
+def test_default_providers_start_from_the_hierarchical_schedule(monkeypatch):
+    """With no LP and no CP-SAT search, the default warm starts alone decide: the answer is never
+    slower than the hierarchical solver's own schedule at that budget."""
+    from remat.solver import solve
+    from remat.solver.deadline import TimeUp
+    from remat.solver.graph.lp_rounding import Rounded
+
+    profile, budget = _chain_graph()
+
+    def no_lp(graph, bytes_, deadline):
+        return Rounded("time limit", None, None, "", None, 0.0, "the LP solve")
+
+    def no_search(*args, **kwargs):
+        raise TimeUp("the cp-sat search")
+
+    monkeypatch.setattr(ilp, "round_relaxation", no_lp)
+    monkeypatch.setattr(ilp, "search", no_search)
+    hierarchical = solve(profile, budget, "hierarchical")
+    schedule = ilp.solve(profile, budget, time_limit=20, workers=1)
+    check_schedule(profile, schedule)
+    assert schedule.predicted.compute_ms <= hierarchical.predicted.compute_ms * (1 + 1e-12)
