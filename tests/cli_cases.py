@@ -187,6 +187,14 @@ def _cases() -> list[Case]:
         for strategy in ("ilp", "lp-rounding"):
             cases.append(c(("solve", "{graph}", "--budget", "80%", "--strategy", strategy, "--time-limit", limit)))
     cases += [c(("solve", "{chain}", "--strategy", "chen-sqrt", "--time-limit", "5"))]
+    # graph strategies' own options: the hierarchical DP's slots, the ILP's formulation
+    for v in ["0", "-1", "x", ""]:
+        cases.append(c(("solve", "{graph}", "--budget", "80%", "--strategy", "hierarchical", "--slots", v)))
+    for v in ["magic", "", "CHECKMATE"]:
+        cases.append(c(("solve", "{graph}", "--budget", "80%", "--strategy", "ilp", "--formulation", v)))
+    cases += [c(("solve", "{graph}", "--budget", "80%", "--strategy", "hierarchical", "--formulation", "moccasin"))]
+    cases += [c(("solve", "{graph}", "--budget", "1", "--strategy", "hierarchical"))]
+    cases += [c(("solve", "{graph}", "--budget", "80%", "--strategy", "hierarchical"), 0)]
     # solve: output paths
     for out in ["{d}/missing/s.json", "{d}", "/proc/remat-s.json", "", "{d}/file.json/s.json"]:
         cases.append(c(("solve", "{chain}", "-o", out)))
