@@ -38,6 +38,7 @@ from typing import Any
 
 import machine_info  # benchmarks/machine_info.py: run as a script from the repo root
 import torch
+from real_models import hf_checkpointing  # benchmarks/real_models.py: the same HF baseline
 
 from remat.api import RematModel
 from remat.executor.hub import build_library_model
@@ -110,20 +111,6 @@ def measure(model: torch.nn.Module, step: Step, a0: int, steps: int) -> dict[str
         step().backward()
         times.append((time.perf_counter() - begin) * 1000.0)
     return {"measured_peak": peak, "measured_ms": min(times[1:])}
-
-
-@contextlib.contextmanager
-def hf_checkpointing(model: torch.nn.Module) -> Iterator[None]:
-    """Hugging Face's own per-block checkpointing (``torch.utils.checkpoint``, non-reentrant)."""
-    kwargs = {"use_reentrant": False}
-    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x: the new name
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-    try:
-        yield
-    finally:
-        getattr(model, "activation_checkpointing_disable", model.gradient_checkpointing_disable)()
 
 
 def baselines(model: torch.nn.Module, kw: dict, a0: int, steps: int) -> list[dict]:
