@@ -195,7 +195,11 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
     if kind == "chain":
         from remat.solver.chain.pareto import chain_front
 
-        front = chain_front(profile, strategies, slots=args.slots or 500, points=args.points, progress=True)
+        # matplotlib's import (~0.5 s) overlaps the DP's last tables instead of following them
+        preload = _preload_plots if args.output else None
+        front = chain_front(
+            profile, strategies, slots=args.slots or 500, points=args.points, progress=True, while_waiting=preload
+        )
         points = list(front.points)
         by_strategy = front.by_strategy()
         marks = front.marks()
@@ -251,6 +255,12 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
         plot_front(f"{profile.name}: step time vs peak memory", by_strategy, store_all_ms, args.output, marks)
         print(f"wrote {args.output}")
     return 0
+
+
+def _preload_plots() -> None:
+    from remat.plots import preload
+
+    preload()
 
 
 def _print_failed(failed) -> None:

@@ -112,13 +112,20 @@ class Placer:
     def place(self, text: str, xy: tuple[float, float], small: bool = False):
         """Annotate data point ``xy`` with ``text`` where it hides nothing; returns the annotation."""
         best = None
+        boxes = {}  # the text's box at each alignment, laid out once at the first distance
         for distance in _DISTANCES:
             for angle in _ANGLES:
                 dx, dy = distance * math.cos(angle), distance * math.sin(angle)
-                annotation = self._annotation(text, xy, dx, dy, small)
-                box = text_box(annotation, self.renderer)
+                alignment = _alignment(dx, dy)
+                if alignment not in boxes:
+                    annotation = self._annotation(text, xy, dx, dy, small)
+                    boxes[alignment] = (text_box(annotation, self.renderer), dx, dy)
+                    annotation.remove()
+                # farther out the same alignment only moves the box: offsets are in points
+                first, dx0, dy0 = boxes[alignment]
+                scale = self.fig.dpi / 72.0
+                box = first.translated((dx - dx0) * scale, (dy - dy0) * scale)
                 score = self._score(box, distance)
-                annotation.remove()
                 if best is None or score < best[0]:
                     best = (score, dx, dy, box)
             if best[0] <= distance:  # hides nothing, not even a line: no need to go farther
@@ -128,8 +135,7 @@ class Placer:
         return self._annotation(text, xy, dx, dy, small)
 
     def _annotation(self, text: str, xy, dx: float, dy: float, small: bool):
-        ha = "left" if dx > 1 else "right" if dx < -1 else "center"
-        va = "bottom" if dy > 1 else "top" if dy < -1 else "center"
+        ha, va = _alignment(dx, dy)
         return self.ax.annotate(
             text,
             xy,
@@ -144,3 +150,9 @@ class Placer:
             annotation_clip=False,
             zorder=7,
         )
+
+
+def _alignment(dx: float, dy: float) -> tuple[str, str]:
+    """The text's (horizontal, vertical) alignment for an offset (points): away from its point."""
+    horizontal = "left" if dx > 1 else "right" if dx < -1 else "center"
+    return horizontal, ("bottom" if dy > 1 else "top" if dy < -1 else "center")

@@ -8,6 +8,14 @@ import os
 from remat.schedules import RematError, Schedule, SimulationResult, format_size
 
 
+def preload() -> None:
+    """Import matplotlib (Agg backend) now, e.g. while a solver runs in another thread."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot  # noqa: F401
+
+
 def plot_timeline(profile, schedule: Schedule, result: SimulationResult, path: str | os.PathLike[str]) -> None:
     """Memory (bytes) before and at the peak of each op, against the op index; budget as a line."""
     import matplotlib
@@ -148,6 +156,8 @@ def front_figure(title: str, by_strategy: dict, store_all_ms: float, marks: dict
     ax.set_title(title)
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
+    # the layout is final: without this, savefig lays the figure out again in a dry-run draw
+    fig.set_layout_engine(None)
     placer = Placer(fig, ax)
     placer.place_legend(styles)
     shown = [format_size(peak) for peak, _ in merged]

@@ -111,3 +111,17 @@ def test_huge_sizes_fall_back_to_python_integers():
     result = simulate(profile, recompute_all_ops(30), timeline=False)
     assert result.peak_memory == simulate(profile, recompute_all_ops(30), timeline=True).peak_memory
     assert result.peak_memory > 2**71
+
+
+@settings(max_examples=150, deadline=None)
+@given(profile=chains(), seed=st.integers(0, 2**32))
+def test_compiled_checkpoint_count_equals_the_python_count(profile, seed):
+    from remat.solver.chain.pareto import chain_checkpoints, checkpoints_reference
+
+    rng = random.Random(seed)
+    ops = _valid_ops(profile, rng)
+    for _ in range(4):  # valid ones and corruptions (the rules are the same on any op list)
+        assert int(fast_chain.most_held(*fast_chain.encode(ops))) == checkpoints_reference(ops)
+        ops = _corrupt(ops, rng, profile.length)
+    long_ops = recompute_all_ops(40)  # past FAST_FROM_OPS: the dispatcher takes the compiled count
+    assert len(long_ops) >= 256 and chain_checkpoints(long_ops) == checkpoints_reference(long_ops) == 1

@@ -117,3 +117,37 @@ def test_execution_plot_is_in_mib_with_every_line_labelled():
     fig.canvas.draw()
     assert ax.yaxis.get_offset_text().get_text() == ""  # no "1e6" offset
     plt.close(fig)
+
+
+def test_label_boxes_moved_by_offset_equal_the_laid_out_boxes():
+    """Placer lays a label out once per alignment and moves that box for farther offsets: the moved
+    box must be the one matplotlib lays out at that offset."""
+    import math
+
+    from remat.plot_labels import _ANGLES, _DISTANCES, Placer, _alignment, text_box
+
+    fig, ax = plt.subplots(figsize=(9.5, 5.2), dpi=120)
+    ax.plot([1, 2, 3], [1, 4, 9], "o-")
+    ax.set_xscale("log")
+    fig.tight_layout()
+    placer = Placer(fig, ax)
+    for text, small in (("minimum memory\n1.10 KiB, 30.2 ms", False), ("↑ revolve at 2 MiB: 300 ms (off scale)", True)):
+        first = {}
+        for distance in _DISTANCES:
+            for angle in _ANGLES:
+                dx, dy = distance * math.cos(angle), distance * math.sin(angle)
+                annotation = placer._annotation(text, (2, 4), dx, dy, small)
+                laid_out = text_box(annotation, placer.renderer)
+                annotation.remove()
+                box, dx0, dy0 = first.setdefault(_alignment(dx, dy), (laid_out, dx, dy))
+                moved = box.translated((dx - dx0) * fig.dpi / 72, (dy - dy0) * fig.dpi / 72)
+                assert moved.extents == pytest.approx(laid_out.extents, abs=1e-6)
+    plt.close(fig)
+
+
+def test_the_cli_knows_the_image_types_matplotlib_writes():
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    from remat.cli_args import PLOT_TYPES
+
+    assert set(FigureCanvasBase.get_supported_filetypes()) == PLOT_TYPES

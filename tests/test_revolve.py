@@ -27,6 +27,8 @@ from math import comb
 
 import pytest
 from conftest import three_stage_chain, uniform_chain
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from remat.schedules import InfeasibleBudgetError, simulate
 from remat.solver import solve
@@ -115,3 +117,29 @@ def test_slots_option_validated():
 
     with pytest.raises(RematError, match=r"slots: must be a positive integer"):
         solve(three_stage_chain(), 10**9, "revolve", checkpoints=0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(length=st.integers(1, 120), slots=st.integers(1, 130))
+def test_compiled_builder_gives_revolve_ops(length, slots):
+    """The arrays the slot-count search simulates are revolve_ops' ops, op for op."""
+    import numpy as np
+
+    from remat.schedules import fast_chain
+    from remat.solver.chain.revolve_kernel import revolve_codes
+
+    kinds, indices = revolve_codes(length, slots)
+    expected = fast_chain.encode(revolve_ops(length, slots))
+    assert np.array_equal(kinds, expected[0]) and np.array_equal(indices, expected[1])
+
+
+def test_slot_count_search_peaks_equal_the_simulator():
+    from test_optimal_kernel import random_chain
+
+    from remat.schedules.simulator import _simulate_chain_reference
+    from remat.solver.chain.revolve import _peaks
+
+    profile = random_chain(60, 3, 1000)  # heterogeneous sizes: peaks not monotone in the count
+    choices = tuple(range(1, profile.length))
+    reference = [_simulate_chain_reference(profile, revolve_ops(profile.length, c), False).peak_memory for c in choices]
+    assert _peaks(profile, choices) == reference

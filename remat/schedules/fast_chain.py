@@ -13,6 +13,8 @@ total below 2**62) and milliseconds.
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 import numpy as np
 
 from remat.schedules.jit import njit_cached
@@ -113,11 +115,41 @@ def profile_arrays(profile) -> tuple[np.ndarray, ...] | None:
 def encode(ops) -> tuple[np.ndarray, np.ndarray] | None:
     """Op codes and indices as arrays, or None if some op has no code or an index past int64, or
     records with an option (``("F_all", i, k)``: only the reference simulator knows options)."""
-    if any(len(op) != 2 for op in ops):
+    if set(map(len, ops)) - {2}:
         return None
     try:
-        kinds = np.fromiter((CODES.get(name, -1) for name, _ in ops), dtype=np.int64, count=len(ops))
-        indices = np.fromiter((index for _, index in ops), dtype=np.int64, count=len(ops))
+        kinds = np.fromiter(map(CODES.get, map(_FIRST, ops)), dtype=np.int64, count=len(ops))  # None: TypeError
+        indices = np.fromiter(map(_SECOND, ops), dtype=np.int64, count=len(ops))
     except (OverflowError, TypeError, ValueError):
         return None
     return kinds, indices
+
+
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
+
+
+@njit_cached
+def most_held(kinds, indices):  # pragma: no cover - compiled
+    """The most activations ``a[i]`` (i >= 1) held at once by a valid chain op list: F_ck and F_n
+    of stage i add a[i+1]; F_n of i drops a[i]; B of i drops a[i] if held (the simulator's rules)."""
+    n = 0
+    for position in range(indices.shape[0]):
+        n = max(n, indices[position] + 2)
+    held = np.zeros(n, dtype=np.bool_)
+    count = 0
+    most = 0
+    for position in range(kinds.shape[0]):
+        op = kinds[position]
+        i = indices[position]
+        if op == 0 or op == 1:
+            if not held[i + 1]:
+                held[i + 1] = True
+                count += 1
+            if op == 1 and i != 0 and held[i]:
+                held[i] = False
+                count -= 1
+        elif op == 3 and i != 0 and held[i]:
+            held[i] = False
+            count -= 1
+        most = max(most, count)
+    return most

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from remat.schedules.errors import ScheduleError
@@ -135,6 +136,12 @@ def parse_ops(raw_ops: Any) -> tuple[Op, ...]:
     ``["F_all", i, k]`` records with option k; k = 0 is normalized to ``("F_all", i)``."""
     if not isinstance(raw_ops, (list, tuple)):
         raise ScheduleError("ops: must be a list of [op, index] pairs")
+    plain = _plain_pairs(raw_ops)
+    return plain if plain is not None else _parse_each(raw_ops)
+
+
+def _parse_each(raw_ops: list | tuple) -> tuple[Op, ...]:
+    """:func:`parse_ops` op by op, naming the first op that is wrong."""
     ops = []
     kinds = set()
     for position, op in enumerate(raw_ops):
@@ -156,6 +163,30 @@ def parse_ops(raw_ops: Any) -> tuple[Op, ...]:
     if len(kinds) > 1:
         raise ScheduleError("ops: mixes chain ops (F_ck, F_n, F_all, B) with graph ops (compute, free)")
     return tuple(ops)
+
+
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
+_CHAIN_NAMES, _GRAPH_NAMES = frozenset(CHAIN_OPS), frozenset(GRAPH_OPS)
+
+
+def _plain_pairs(raw_ops: list | tuple) -> tuple[Op, ...] | None:
+    """The common case checked in bulk (the loops run in C: a solver's op lists have 10**5 ops):
+    every op a 2-tuple or 2-list of one family's name and a non-negative int. None otherwise; the
+    op-by-op loop then finds (and words) what is wrong."""
+    if not raw_ops:
+        return ()
+    if not set(map(type, raw_ops)) <= {tuple, list} or set(map(len, raw_ops)) != {2}:
+        return None
+    try:
+        names = set(map(_FIRST, raw_ops))
+    except TypeError:  # an unhashable name: the loop says which op
+        return None
+    if not (names <= _CHAIN_NAMES or names <= _GRAPH_NAMES):
+        return None
+    indices = list(map(_SECOND, raw_ops))
+    if set(map(type, indices)) != {int} or min(indices) < 0:  # type() is int: bools are refused
+        return None
+    return tuple(map(tuple, raw_ops))
 
 
 def _parse_option(op: list | tuple, position: int) -> int:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from remat.schedules import ChainProfile, GraphProfile, InfeasibleBudgetError, Op, Schedule, simulate
+from remat.schedules import ChainProfile, GraphProfile, InfeasibleBudgetError, Op, Schedule, parse_ops, simulate
 
 Profile = ChainProfile | GraphProfile
 
@@ -79,6 +79,7 @@ def make_schedule(
     should have refused earlier with their smallest feasible budget; this is the safety net), and
     :class:`SolverBug` if a strategy's own claimed cost differs from the simulator's.
     """
+    ops = parse_ops(ops if isinstance(ops, (list, tuple)) else list(ops))  # ("F_all", i, 0) -> ("F_all", i)
     result = simulate(profile, ops, timeline=False)
     if claimed_peak_memory is not None and claimed_peak_memory != result.peak_memory:
         raise SolverBug(f"{strategy}: claimed peak {claimed_peak_memory} bytes, simulator says {result.peak_memory}")
@@ -93,7 +94,7 @@ def make_schedule(
         profile_sha256=profile.sha256,
         strategy=strategy,
         budget=int(budget),
-        ops=tuple((op[0], *map(int, op[1:])) for op in ops),  # ("F_all", i, k) keeps its option
+        ops=ops,
         predicted=result.prediction,
         extra=dict(extra or {}),
     )

@@ -8,12 +8,13 @@ from __future__ import annotations
 import csv
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from remat.schedules import ChainProfile, InfeasibleBudgetError, Op, RematError, write_json
+from remat.schedules.simulator import FAST_FROM_OPS
 from remat.solver.chain.store_all import store_all_peak
 from remat.solver.front import FrontPoint
 
@@ -30,8 +31,20 @@ CSV_FIELDS = (
 )
 
 
-def chain_checkpoints(ops: Iterable[Op]) -> int:
-    """Most activations ``a[i]`` (i >= 1) held at once by a chain schedule."""
+def chain_checkpoints(ops: Sequence[Op]) -> int:
+    """Most activations ``a[i]`` (i >= 1) held at once by a chain schedule (long op lists are
+    counted by the compiled :func:`remat.schedules.fast_chain.most_held`, same rules)."""
+    if len(ops) >= FAST_FROM_OPS:
+        from remat.schedules import fast_chain
+
+        encoded = fast_chain.encode(ops)
+        if encoded is not None:
+            return int(fast_chain.most_held(*encoded))
+    return checkpoints_reference(ops)
+
+
+def checkpoints_reference(ops: Iterable[Op]) -> int:
+    """:func:`chain_checkpoints` op by op in Python (the rules the compiled count follows)."""
     held: set[int] = set()
     most = 0
     for name, i, *_ in ops:
@@ -144,9 +157,13 @@ def chain_front(
     slots: int = 500,
     points: int = 24,
     progress: bool = False,
+    while_waiting: Callable[[], object] | None = None,
 ) -> ChainFront:
     """The DP's front (if ``optimal`` is among ``strategies``) and every other strategy solved at
-    ``points`` budgets between the smallest peak any front reaches and the store-all peak."""
+    ``points`` budgets between the smallest peak any front reaches and the store-all peak.
+
+    ``while_waiting`` is called once the baselines are swept, while the DP's tables may still be
+    filling (the CLI imports matplotlib there)."""
     from remat.solver import strategy_names
     from remat.solver.chain.optimal import minimum_budget, optimal_front
 
@@ -167,6 +184,8 @@ def chain_front(
         if "optimal" in strategies and dp is None:
             collected.extend(optimal_front(profile, slots=slots, progress=progress))
         swept = [point for name in baselines for point in sweep_strategy(profile, name, budgets, progress=progress)]
+        if while_waiting is not None:
+            while_waiting()
         if dp is not None:
             collected.extend(dp.result())
     collected.extend(swept)

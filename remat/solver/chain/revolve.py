@@ -23,8 +23,9 @@ whose range of optimal splits the tests check against the DP).
 
 Which ``c``: with ``checkpoints=c`` that c is used; with only a budget every c from 1 to n-1
 (beyond that the schedule no longer changes) is built and simulated once per profile (the
-compiled simulator; a sweep over budgets reuses the peaks), and the largest c whose schedule
-fits is returned: the fewest forward steps that fit. On identical stages this is revolve's
+compiled simulator, on op arrays built by :mod:`remat.solver.chain.revolve_kernel`; a sweep
+over budgets reuses the peaks), and the largest c whose schedule fits is returned: the fewest
+forward steps that fit. On identical stages this is revolve's
 optimum for that memory. On heterogeneous chains it is not optimal in time or memory: the
 checkpoint positions count steps, not milliseconds or bytes, so a stage with a big output may
 become a checkpoint where a cheaper neighbour would do, and a larger c can even peak lower or
@@ -38,6 +39,7 @@ from functools import lru_cache
 from math import comb
 
 from remat.schedules import ChainProfile, InfeasibleBudgetError, Op, RematError, Schedule
+from remat.schedules.fast_chain import chain_costs, profile_arrays
 from remat.schedules.simulator import simulate_chain
 from remat.solver.common import ProfileCache, Strategy, make_schedule, require_chain
 
@@ -112,6 +114,13 @@ def _peaks(profile: ChainProfile, choices: tuple[int, ...]) -> list[int]:
     """Simulated peak of each slot count's schedule (bytes), computed once per profile."""
 
     def compute():
+        arrays = profile_arrays(profile)
+        if arrays is not None and len(choices) > 1:  # compiled: every count's ops as arrays
+            from remat.solver.chain.revolve_kernel import revolve_codes
+
+            costs = [chain_costs(*revolve_codes(profile.length, c), *arrays) for c in choices]
+            if all(valid for valid, *_ in costs):
+                return [int(peak) for _, peak, *_ in costs]
         # the op lists are built here, well formed: the simulator proper, without re-parsing them
         return [simulate_chain(profile, revolve_ops(profile.length, c), timeline=False).peak_memory for c in choices]
 
