@@ -182,3 +182,38 @@ def test_graph_replay_at_another_thread_count_warns(one_thread):
     torch.set_num_threads(2)
     with pytest.warns(UserWarning, match="1 CPU threads, this run uses 2"):
         compare_graph(profile, schedule, wrapped, [x], steps=0)
+
+
+class _Attention(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.attention = nn.MultiheadAttention(width, 4, batch_first=True)
+
+    def forward(self, x):
+        return self.attention(x, x, x, need_weights=False)[0]
+
+
+def test_the_allocator_step_is_not_metered_under_the_tracker():
+    """measure_steps' allocator peak is that of a step with no tracker running (the tracker keeps
+    references that stop autograd from adding gradients in place: in MultiheadAttention's
+    backward that allocates more), and its tracker step leaves gradients and RNG as one step."""
+    from remat.executor.measure import step_allocator_peak
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 32), _Attention(32), nn.Linear(32, 32)).train()
+    x = torch.randn(4, 16, 32)
+    profile = profile_chain(model, x, repeats=1, warmup=1)
+    schedule = solve(profile, 2**62, "store-all")
+    weight = torch.randn(4, 16, 32)
+    wrapped = RematChain(copy.deepcopy(model), schedule, profile)
+    measured = measure_steps(wrapped, x, steps=2, warmup=1, timeline=False, timed=False, weight=weight)
+    grads = [p.grad.clone() for p in wrapped.parameters()]
+    alone = step_allocator_peak(wrapped, lambda: (wrapped(x) * weight).sum(), x.device, steps=2, warmup=1)
+    assert measured.peak_memory - allocation_bytes(x) == alone
+    assert all(torch.equal(g, p.grad) for g, p in zip(grads, wrapped.parameters(), strict=True))
+
+
+def allocation_bytes(x: torch.Tensor) -> int:
+    from remat.executor.memory import allocation_size
+
+    return allocation_size(x.untyped_storage().nbytes(), x.device)

@@ -129,13 +129,16 @@ def measure_steps(
 ) -> Measurement:
     """Run ``warmup`` + ``steps`` training steps (forward + backward, no optimizer) and measure them.
 
-    Every step is metered by the allocator and, inside it, by the live-tensor tracker (which
-    allocates nothing through the allocator, so it does not disturb the first reading); the
-    largest peaks are reported, with the per-op timelines of the step with the largest allocator
-    peak if ``timeline``. Time is the fastest of ``steps`` separate, unmetered runs, so no meter's
-    bookkeeping is timed (``timed=False`` skips them: ``step_ms`` is then NaN). ``weight`` is the
-    loss weight ``r`` (default: random, drawn after the first forward). ``warmup=0`` measures the
-    very first step.
+    Every step is metered by the allocator alone; the largest peak is reported, with the per-op
+    timeline of that step if ``timeline``. The live-tensor tracker runs in one more step of its
+    own, a diagnostic, after which the parameters' gradients, the buffers (BatchNorm statistics)
+    and the RNG are put back as the last measured step left them (:func:`_restoring`), so
+    ``steps=1`` is still exactly one training step. Not both meters at once: under the tracker
+    autograd stops adding gradients in place (see :func:`meter_step`), so the allocator would
+    see more than the step allocates without it. Time is the fastest of ``steps`` separate,
+    unmetered runs, so no meter's bookkeeping is timed (``timed=False`` skips them: ``step_ms``
+    is then NaN). ``weight`` is the loss weight ``r`` (default: random, drawn after the first
+    forward). ``warmup=0`` measures the very first step.
     """
     device = x.device
     wrapped.train()
@@ -146,19 +149,14 @@ def measure_steps(
         prepare_grads(wrapped)
         step()
 
-    peak, tensor_peak, bookkeeping, records, tensor_records = -1, 0, 0, (), ()
+    peak, bookkeeping, records = -1, 0, ()
     for _ in range(max(1, steps)):
-        prepare_grads(wrapped)
-        sync(device)
-        meters = (AllocatorMeter(device), tensor_meter(device))
-        ops: dict[str, tuple[int, str, int]] = {}
-        with meters[0], meters[1], _observed(wrapped, _marking_observer(meters, ops) if timeline else None):
-            step()
-        tensor_peak = max(tensor_peak, meters[1].peak_bytes)
-        bookkeeping = max(bookkeeping, meters[0].bookkeeping_peak)
-        if meters[0].peak_bytes > peak:
-            peak = meters[0].peak_bytes
-            records, tensor_records = (_op_records(m, ops, input_bytes) for m in meters)
+        meter, ops = _metered(wrapped, step, AllocatorMeter(device), device, timeline)
+        bookkeeping = max(bookkeeping, meter.bookkeeping_peak)
+        if meter.peak_bytes > peak:
+            peak, records = meter.peak_bytes, _op_records(meter, ops, input_bytes)
+    with _restoring(wrapped, device):
+        tracker, ops = _metered(wrapped, step, tensor_meter(device), device, timeline)
     times = time_steps(wrapped, step, device, max(1, steps) if timed else 0)
     return Measurement(
         peak_memory=peak + input_bytes,
@@ -166,10 +164,43 @@ def measure_steps(
         steps=steps,
         device=str(device),
         timeline=records,
-        tensor_peak=tensor_peak + input_bytes,
-        tensor_timeline=tensor_records,
+        tensor_peak=tracker.peak_bytes + input_bytes,
+        tensor_timeline=_op_records(tracker, ops, input_bytes),
         bookkeeping_peak=bookkeeping,
     )
+
+
+def _metered(wrapped: RematChain, step: Callable[[], None], meter, device: torch.device, timeline: bool):
+    """One step under ``meter`` (a phase per op if ``timeline``); returns the meter and the ops."""
+    prepare_grads(wrapped)
+    sync(device)
+    ops: dict[str, tuple[int, str, int]] = {}
+    with meter, _observed(wrapped, _marking_observer((meter,), ops) if timeline else None):
+        step()
+        sync(device)
+    return meter, ops
+
+
+@contextlib.contextmanager
+def _restoring(module: torch.nn.Module, device: torch.device) -> Iterator[None]:
+    """Put ``module``'s parameter gradients and buffers and the RNG (CPU, and ``device``'s if CUDA)
+    back as they were when the block started: a diagnostic step leaves no trace."""
+    with untracked(), torch.no_grad():
+        grads = [(p, None if p.grad is None else p.grad.detach().clone()) for p in module.parameters()]
+        buffers = [(b, b.detach().clone()) for b in module.buffers()]
+    cpu_rng = torch.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for b, saved in buffers:
+                b.copy_(saved)
+            for p, saved in grads:
+                p.grad = saved
+        torch.set_rng_state(cpu_rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state(cuda_rng, device)
 
 
 def step_allocator_peak(
@@ -181,14 +212,11 @@ def step_allocator_peak(
 ) -> int:
     """The allocator's peak of the training step ``step().backward()`` (bytes above what was
     allocated before it), the largest of ``steps`` steps after ``warmup``; ``module``'s parameter
-    gradients are pre-allocated and zeroed outside the meter, and its buffers (BatchNorm
-    statistics) and the RNG are restored afterwards. ``step`` may run remat or the plain model:
-    both are measured alike. Bytes."""
-    with untracked(), torch.no_grad():
-        buffers = [(b, b.detach().clone()) for b in module.buffers()]
-    rng = torch.get_rng_state()
+    gradients are pre-allocated and zeroed outside the meter, and its gradients, buffers
+    (BatchNorm statistics) and the RNG are restored afterwards. ``step`` may run remat or the
+    plain model: both are measured alike. Bytes."""
     peak = 0
-    try:
+    with _restoring(module, device):
         for k in range(max(0, warmup) + max(1, steps)):
             prepare_grads(module)
             sync(device)
@@ -197,11 +225,6 @@ def step_allocator_peak(
                 sync(device)
             if k >= warmup:
                 peak = max(peak, meter.peak_bytes)
-    finally:
-        with torch.no_grad():
-            for b, saved in buffers:
-                b.copy_(saved)
-        torch.set_rng_state(rng)
     return peak
 
 
