@@ -1,0 +1,127 @@
+"""A local search over the kept sets of large blocks, for one budget (``hierarchical``).
+
+A block with more than ``EXHAUSTIVE_NODES + 1`` forward nodes (U-Net's skips make one block of
+most of the network) gets only a sample of kept sets (:mod:`remat.solver.graph.hierarchical_block`):
+prefixes and strides, which miss the mixed sets a budget needs. Here, once the chain DP has
+chosen its options for the budget, each chosen option of such a block (alone or in a merged run)
+is the centre of a neighbourhood: its kept set with one forward node added or dropped, then one
+swapped for another, then two added or dropped. The neighbours are walked in batches (both
+recompute policies, as every option), added to that block's options (Pareto), and the DP is run
+again; the first batch that makes the schedule faster moves the search to the new choice.
+
+It stops when no neighbourhood has an untried set, after :data:`MAX_REFINE_WORK` (kept sets x
+nodes**2 of the walks: about microseconds, so the search is deterministic and bounded whatever
+the machine), or when the deadline passes (it then returns the best so far). Each
+accepted step makes the DP's answer strictly faster, and the options only grow, so the result is
+never slower than the DP over the sampled options alone. It is a local search: no optimality.
+
+Units: bytes and milliseconds.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+
+from remat.schedules import GraphProfile
+from remat.solver.deadline import Deadline
+from remat.solver.graph.blocks import Blocks
+from remat.solver.graph.hierarchical_block import (
+    EXHAUSTIVE_NODES,
+    MAX_BLOCK_WORK,
+    BlockModel,
+    BlockOption,
+    _pareto,
+    block_model,
+    merged,
+)
+
+MAX_REFINE_WORK = 2_000_000  # kept sets x nodes**2 walked in all (~2 s of walks at most)
+BATCH = 64  # kept sets walked between two DP runs
+
+Models = dict[tuple[int, int], BlockModel]
+# (models) -> (block-level ops, time in ms) of the DP's schedule within the budget, or None
+Solve = Callable[[Models], "tuple[list[tuple], float] | None"]
+
+
+def sampled(blocks: Blocks, key: tuple[int, int]) -> bool:
+    """Whether the run of blocks ``key`` has a block whose kept sets are sampled, not exhaustive."""
+    return any(len(blocks.blocks[i].forward) - 1 > EXHAUSTIVE_NODES for i in range(*key))
+
+
+def chosen(models: Models, ops: list[tuple]) -> list[tuple[tuple[int, int], BlockOption]]:
+    """The (run, option) of each recording forward in the ops (``("Fall", s, k)``: the k-th option
+    of the runs starting at s, in the order :func:`~remat.solver.graph.hierarchical_dp.chain_of` uses)."""
+    found = []
+    for op in ops:
+        if op[0] != "Fall":
+            continue
+        k = op[2]
+        for key, model in sorted(models.items()):
+            if key[0] != op[1]:
+                continue
+            if k < len(model.options):
+                found.append((key, model.options[k]))
+                break
+            k -= len(model.options)
+    return found
+
+
+def neighbours(kept: frozenset[int], forward: tuple[int, ...]) -> Iterator[frozenset[int]]:
+    """Kept sets near ``kept``: one node toggled, one swapped, two toggled (the output always kept)."""
+    inner = forward[:-1]
+    yield from (kept ^ {v} for v in inner)
+    for u in inner:
+        if u in kept:
+            yield from ((kept - {u}) | {v} for v in inner if v not in kept)
+    for u, v in itertools.combinations(inner, 2):
+        if (u in kept) == (v in kept):
+            yield kept ^ {u, v}
+
+
+def refine(
+    profile: GraphProfile,
+    blocks: Blocks,
+    models: Models,
+    solve: Solve,
+    found: tuple[list[tuple], float],
+    deadline: Deadline | None = None,
+) -> tuple[Models, list[tuple], float]:
+    """The models with the options found, and the DP's ops and ms with them (see the module
+    docstring); ``found`` is the DP's answer over ``models``, ``solve`` runs the DP."""
+    ops, ms = found
+    tried: set[tuple[tuple[int, int], frozenset[int]]] = set()
+    work = 0
+    moved = True
+    while moved and work < MAX_REFINE_WORK:
+        moved = False
+        for key, option in chosen(models, ops):
+            if not sampled(blocks, key):
+                continue
+            block = merged(blocks, *key)[0]
+            size = (len(block.forward) + len(block.backward)) ** 2
+            fresh = (k for k in neighbours(option.kept, block.forward) if (key, k) not in tried)
+            while not moved and work < MAX_REFINE_WORK:
+                if deadline is not None and deadline.left() <= 0:
+                    return models, ops, ms
+                # block_model walks at most MAX_BLOCK_WORK // size sets of a batch: no more are taken
+                room = min(BATCH, MAX_BLOCK_WORK // size, (MAX_REFINE_WORK - work) // size)
+                batch = list(itertools.islice(fresh, max(1, room)))
+                if not batch:
+                    break
+                tried.update((key, k) for k in batch)
+                work += len(batch) * size
+                extra = block_model(profile, blocks, key[0], key[1], batch).options
+                trial = dict(models)
+                trial[key] = _with_options(models[key], extra)
+                answer = solve(trial)
+                if answer is not None and answer[1] < ms:
+                    models, (ops, ms), moved = trial, answer, True
+            if moved:
+                break
+    return models, ops, ms
+
+
+def _with_options(model: BlockModel, extra: tuple[BlockOption, ...]) -> BlockModel:
+    return replace(model, options=_pareto([*model.options, *extra]))
