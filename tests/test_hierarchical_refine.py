@@ -151,3 +151,20 @@ def test_unet_at_half_of_store_all_gets_faster():
     schedule = solve(profile, budget, "hierarchical")
     assert schedule.extra["source"] == "dp, refined"
     assert schedule.predicted.compute_ms < 0.97 * dp_alone(profile, budget)
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_policy_neighbours_move_one_recomputed_node_or_the_kept_set(seed):
+    profile = skip_graph(seed, EXHAUSTIVE_NODES + 3)
+    solved = hierarchical._solved(profile)
+    key = next(k for k in solved.models if hierarchical_refine.sampled(solved.blocks, k))
+    forward = merged(solved.blocks, *key)[0].forward
+    option = solved.models[key].options[0]
+    pairs = list(hierarchical_refine.policy_neighbours(option, forward))
+    assert len(pairs) == len(set(pairs))
+    for kept, lean in pairs:
+        if kept == option.kept:
+            assert len(lean ^ option.lean) == 1 and not (lean ^ option.lean) & kept
+        else:
+            assert lean in (option.lean, frozenset(), frozenset(forward))

@@ -80,6 +80,19 @@ def neighbours(kept: frozenset[int], forward: tuple[int, ...]) -> Iterator[froze
             yield kept ^ {u, v}
 
 
+Policy = tuple[frozenset[int], frozenset[int]]  # (kept set, nodes under the lean rule)
+
+
+def policy_neighbours(option: BlockOption, forward: tuple[int, ...]) -> Iterator[Policy]:
+    """(kept, lean) pairs near the option's: one recomputed node moved to the other rule, then
+    each neighbouring kept set under the option's rule mix, the keep rule and the lean rule."""
+    kept, lean = option.kept, option.lean
+    every = frozenset(forward)
+    yield from ((kept, lean ^ {v}) for v in forward if v not in kept)
+    for other in neighbours(kept, forward):
+        yield from dict.fromkeys([(other, lean), (other, frozenset()), (other, every)])
+
+
 def refine(
     profile: GraphProfile,
     blocks: Blocks,
@@ -91,7 +104,7 @@ def refine(
     """The models with the options found, and the DP's ops and ms with them (see the module
     docstring); ``found`` is the DP's answer over ``models``, ``solve`` runs the DP."""
     ops, ms = found
-    tried: set[tuple[tuple[int, int], frozenset[int]]] = set()
+    tried: set[tuple[tuple[int, int], Policy]] = set()
     work = 0
     moved = True
     while moved and work < MAX_REFINE_WORK:
@@ -101,18 +114,18 @@ def refine(
                 continue
             block = merged(blocks, *key)[0]
             size = (len(block.forward) + len(block.backward)) ** 2
-            fresh = (k for k in neighbours(option.kept, block.forward) if (key, k) not in tried)
+            fresh = (k for k in policy_neighbours(option, block.forward) if (key, k) not in tried)
             while not moved and work < MAX_REFINE_WORK:
                 if deadline is not None and deadline.left() <= 0:
                     return models, ops, ms
-                # block_model walks at most MAX_BLOCK_WORK // size sets of a batch: no more are taken
-                room = min(BATCH, MAX_BLOCK_WORK // size, (MAX_REFINE_WORK - work) // size)
+                # block_model walks at most 2 * MAX_BLOCK_WORK // size of a batch: no more are taken
+                room = min(BATCH, 2 * (MAX_BLOCK_WORK // size), (MAX_REFINE_WORK - work) // size)
                 batch = list(itertools.islice(fresh, max(1, room)))
                 if not batch:
                     break
                 tried.update((key, k) for k in batch)
                 work += len(batch) * size
-                extra = block_model(profile, blocks, key[0], key[1], batch).options
+                extra = block_model(profile, blocks, key[0], key[1], policies=batch).options
                 trial = dict(models)
                 trial[key] = _with_options(models[key], extra)
                 answer = solve(trial)
