@@ -4,12 +4,14 @@ A block with more than ``EXHAUSTIVE_NODES + 1`` forward nodes (U-Net's skips mak
 most of the network) gets only a sample of kept sets (:mod:`remat.solver.graph.hierarchical_block`):
 prefixes and strides, which miss the mixed sets a budget needs. Here, once the chain DP has
 chosen its options for the budget, each chosen option of such a block (alone or in a merged run)
-is the centre of a neighbourhood: its kept set with one forward node added or dropped, then one
-swapped for another, then two added or dropped. The neighbours are walked in batches (both
-recompute policies, as every option), added to that block's options (Pareto), and the DP is run
-again; the first batch that makes the schedule faster moves the search to the new choice.
+is the centre of a neighbourhood of (kept set, recompute rules) pairs: its kept set with one
+forward node added or dropped (under the option's per-node mix of the keep and lean rules, and
+under each rule alone), then one recomputed node moved from one rule to the other, then one kept
+node swapped for another and two added or dropped. The neighbours are walked in batches of
+about :data:`BATCH_WORK`, added to that block's options (Pareto), and the DP is run again; the
+first batch that makes the schedule faster moves the search to the new choice.
 
-It stops when no neighbourhood has an untried set, after :data:`MAX_REFINE_WORK` (kept sets x
+It stops when no neighbourhood has an untried pair, after :data:`MAX_REFINE_WORK` (pairs x
 nodes**2 of the walks: about microseconds, so the search is deterministic and bounded whatever
 the machine), or when the deadline passes (it then returns the best so far). Each
 accepted step makes the DP's answer strictly faster, and the options only grow, so the result is
@@ -37,8 +39,8 @@ from remat.solver.graph.hierarchical_block import (
     merged,
 )
 
-MAX_REFINE_WORK = 2_000_000  # kept sets x nodes**2 walked in all (~2 s of walks at most)
-BATCH = 64  # kept sets walked between two DP runs
+MAX_REFINE_WORK = 1_500_000  # (kept set, rules) pairs x nodes**2 walked in all (~1.5 s of walks at most)
+BATCH_WORK = 200_000  # walked between two DP runs (a DP run costs about as much as a batch on U-Net)
 
 Models = dict[tuple[int, int], BlockModel]
 # (models) -> (block-level ops, time in ms) of the DP's schedule within the budget, or None
@@ -84,12 +86,16 @@ Policy = tuple[frozenset[int], frozenset[int]]  # (kept set, nodes under the lea
 
 
 def policy_neighbours(option: BlockOption, forward: tuple[int, ...]) -> Iterator[Policy]:
-    """(kept, lean) pairs near the option's: one recomputed node moved to the other rule, then
-    each neighbouring kept set under the option's rule mix, the keep rule and the lean rule."""
+    """(kept, lean) pairs near the option's: each kept set one toggle away under the option's rule
+    mix, the keep rule and the lean rule; then one recomputed node moved to the other rule; then
+    the farther kept sets (swaps, two toggles) the same way."""
     kept, lean = option.kept, option.lean
     every = frozenset(forward)
+    near = neighbours(kept, forward)
+    for other in itertools.islice(near, len(forward) - 1):
+        yield from dict.fromkeys([(other, lean), (other, frozenset()), (other, every)])
     yield from ((kept, lean ^ {v}) for v in forward if v not in kept)
-    for other in neighbours(kept, forward):
+    for other in near:
         yield from dict.fromkeys([(other, lean), (other, frozenset()), (other, every)])
 
 
@@ -119,7 +125,8 @@ def refine(
                 if deadline is not None and deadline.left() <= 0:
                     return models, ops, ms
                 # block_model walks at most 2 * MAX_BLOCK_WORK // size of a batch: no more are taken
-                room = min(BATCH, 2 * (MAX_BLOCK_WORK // size), (MAX_REFINE_WORK - work) // size)
+                room = min(BATCH_WORK, MAX_REFINE_WORK - work) // size
+                room = min(room, 2 * (MAX_BLOCK_WORK // size))
                 batch = list(itertools.islice(fresh, max(1, room)))
                 if not batch:
                     break
