@@ -44,7 +44,8 @@ def previous_flat(path: Path, graph: str, percent: float) -> dict | None:
     """The flat side recorded at this point by an earlier run of this script (its JSON), or None."""
     for run in json.loads(path.read_text())["runs"]:
         if run["graph"] == graph and run["budget_percent"] == percent and run.get("flat"):
-            return run["flat"] | {"source": f"{run['flat'].get('source')}, as recorded in {path.name}"}
+            source, note = str(run["flat"].get("source")), f", as recorded in {path.name}"
+            return run["flat"] | {"source": source if source.endswith(note) else source + note}
     return None
 
 
