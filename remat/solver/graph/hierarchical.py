@@ -1,6 +1,7 @@
 """``hierarchical``: cut the graph into blocks, solve each block, choose among them by a chain DP.
 
-Three steps (issue 12, item 2; Rockmate's structure, Zhao et al. ICML 2023):
+Three steps (issue 12, item 2; Rockmate's structure, Zhao et al. ICML 2023), and a fourth for
+large blocks:
 
 1. Cut the graph at the forward graph's articulation points into a chain of blocks
    (:mod:`remat.solver.graph.blocks`: which forward and backward nodes form each block, what its
@@ -11,6 +12,8 @@ Three steps (issue 12, item 2; Rockmate's structure, Zhao et al. ICML 2023):
    rest (:mod:`remat.solver.graph.hierarchical_block`).
 3. Run a multi-option chain DP over the blocks (:mod:`remat.solver.graph.hierarchical_dp`) and
    expand its block-level ops back into graph compute/free ops.
+4. Where a chosen option belongs to a block whose kept sets are only sampled, search near it
+   for this budget (:mod:`remat.solver.graph.hierarchical_refine`), re-running the DP.
 
 **What it guarantees.** Every schedule is valid and within the budget (checked by the one
 simulator, which also confirms the claimed peak and time). Among the schedules that (a) run each
