@@ -11,6 +11,10 @@ with the machine it ran on.
     python benchmarks/hierarchical_vs_ilp.py --graphs vgg16,unet,mobilenetv2,resnet50 --budgets 50,70,85,90
     python benchmarks/hierarchical_vs_ilp.py --graphs /tmp/graph_vit_b_16.json --ilp-limit 60 \
         --out hierarchical_vs_ilp_generated.json
+    python benchmarks/hierarchical_vs_ilp.py --flat-from hierarchical_vs_ilp.json
+
+``--flat-from`` keeps the flat side of an earlier run of this script where ilp_speed.json has no
+row (the file is read before it is written again).
 
 Times are wall-clock seconds on whatever machine runs this (the JSON records its load).
 """
@@ -34,6 +38,15 @@ from remat.solver.graph.baselines import store_all_plan  # noqa: E402
 from remat.solver.graph.stages import plan_peak  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
+
+
+def previous_flat(path: Path, graph: str, percent: float) -> dict | None:
+    """The flat side recorded at this point by an earlier run of this script (its JSON), or None."""
+    for run in json.loads(path.read_text())["runs"]:
+        if run["graph"] == graph and run["budget_percent"] == percent and run.get("flat"):
+            source, note = str(run["flat"].get("source")), f", as recorded in {path.name}"
+            return run["flat"] | {"source": source if source.endswith(note) else source + note}
+    return None
 
 
 def recorded_flat(graph: str, percent: float) -> dict | None:
@@ -73,7 +86,7 @@ def live_flat(profile, budget: int, limit: float) -> dict:
     }
 
 
-def point(graph: str, percent: float, ilp_limit: float | None) -> dict:
+def point(graph: str, percent: float, ilp_limit: float | None, previous: Path | None = None) -> dict:
     path = Path(graph) if graph.endswith(".json") else ROOT / "examples" / f"graph_{graph}.json"
     graph = path.stem.removeprefix("graph_")
     profile = load_profile(path)
@@ -93,6 +106,8 @@ def point(graph: str, percent: float, ilp_limit: float | None) -> dict:
         row["error"] = str(error)
     row["seconds"] = round(time.perf_counter() - start, 3)
     flat = recorded_flat(graph, percent)
+    if flat is None and previous is not None:
+        flat = previous_flat(previous, graph, percent)
     if flat is None and ilp_limit:
         flat = live_flat(profile, budget, ilp_limit)
     row["flat"] = flat
@@ -135,8 +150,14 @@ def main() -> None:
     parser.add_argument("--graphs", default="vgg16,unet,mobilenetv2,resnet50", help="names in examples/ or .json paths")
     parser.add_argument("--budgets", default="50,70,85,90", help="percent of the store-all peak")
     parser.add_argument("--ilp-limit", type=float, default=None, help="run the ILP here where the file lacks a point")
+    parser.add_argument(
+        "--flat-from",
+        default=None,
+        help="an earlier output of this script (in results/): its flat side where ilp_speed.json lacks a point",
+    )
     parser.add_argument("--out", default="hierarchical_vs_ilp.json", help="file name in benchmarks/results/")
     args = parser.parse_args()
+    previous = RESULTS / args.flat_from if args.flat_from else None
     data = {"machine": machine_info.machine("2-core machine shared with other sessions: times are noisy")}
     data["command"] = " ".join(sys.argv)
     data["runs"] = []
@@ -144,7 +165,7 @@ def main() -> None:
     print(head + f"  {'vs best':>9}  {'vs bound':>9}")
     for graph in args.graphs.split(","):
         for percent in (float(b) for b in args.budgets.split(",")):
-            row = point(graph, percent, args.ilp_limit)
+            row = point(graph, percent, args.ilp_limit, previous)
             data["runs"].append(row)
             print(show(row), flush=True)
     print("\n".join(markdown(row) for row in data["runs"]))

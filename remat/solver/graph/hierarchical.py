@@ -1,6 +1,7 @@
 """``hierarchical``: cut the graph into blocks, solve each block, choose among them by a chain DP.
 
-Three steps (issue 12, item 2; Rockmate's structure, Zhao et al. ICML 2023):
+Three steps (issue 12, item 2; Rockmate's structure, Zhao et al. ICML 2023), and a fourth for
+large blocks:
 
 1. Cut the graph at the forward graph's articulation points into a chain of blocks
    (:mod:`remat.solver.graph.blocks`: which forward and backward nodes form each block, what its
@@ -11,17 +12,22 @@ Three steps (issue 12, item 2; Rockmate's structure, Zhao et al. ICML 2023):
    rest (:mod:`remat.solver.graph.hierarchical_block`).
 3. Run a multi-option chain DP over the blocks (:mod:`remat.solver.graph.hierarchical_dp`) and
    expand its block-level ops back into graph compute/free ops.
+4. Where a chosen option belongs to a block whose kept sets are only sampled, search near it
+   for this budget (:mod:`remat.solver.graph.hierarchical_refine`), re-running the DP.
 
 **What it guarantees.** Every schedule is valid and within the budget (checked by the one
 simulator, which also confirms the claimed peak and time). Among the schedules that (a) run each
 block's forward whole, as one chain stage, (b) record each block, or each run of up to
 :data:`MERGE` consecutive blocks taken as one, with one of its options, and (c) are persistent at
-that level (a kept block output is dropped only after the backward that uses it), the one returned
-is the fastest up to the DP's memory discretization (``slots`` levels of the budget, default
+that level (a kept block output is dropped only after the backward that uses it), the DP's
+schedule is the fastest up to its memory discretization (``slots`` levels of the budget, default
 :data:`SLOTS`); tests/test_hierarchical.py checks it against a brute force over exactly those
 schedules with one-byte slots. The block options are exhaustive over *what to keep* for blocks
-of at most ``EXHAUSTIVE_NODES + 1`` forward nodes and cover two fixed recomputation policies, so
-it is not optimal over every schedule: the flat ``ilp`` may be faster (measured in
+of at most ``EXHAUSTIVE_NODES + 1`` forward nodes and cover two fixed recomputation policies.
+A larger block's kept sets are a sample; for it, a bounded local search around the options the
+DP chose (:mod:`remat.solver.graph.hierarchical_refine`) adds kept sets for this budget and
+re-runs the DP, so the schedule returned is never slower than the DP's over the sample and may be
+faster. It is not optimal over every schedule: the flat ``ilp`` may be faster (measured in
 docs/strategies.md). The smallest budget it can meet is computed exactly (in bytes, no
 discretization) by the same recurrence minimising the peak; below it, it refuses with that
 number, and from it up it always returns a schedule. At or above the store-all peak it returns
@@ -41,6 +47,7 @@ from remat.solver.graph.baselines import store_all_plan
 from remat.solver.graph.blocks import Blocks, cut_blocks
 from remat.solver.graph.hierarchical_block import BlockModel, BlockOption, block_model, merged_kept_sets
 from remat.solver.graph.hierarchical_dp import Chain, chain_of, fill, least_peak, read_ops, walk
+from remat.solver.graph.hierarchical_refine import refine
 from remat.solver.graph.stages import StagePlan, plan_from_ops, plan_ops, plan_peak
 
 NAME = "hierarchical"
@@ -81,12 +88,18 @@ def _solved(profile: GraphProfile, merge: int = MERGE, deadline: Deadline | None
                 kept_sets = merged_kept_sets(profile, blocks, parts, s)
                 if kept_sets is not None:
                     models[(s, s + span)] = block_model(profile, blocks, s, s + span, kept_sets)
-        options = tuple(
-            tuple(o for (start, _), m in sorted(models.items()) if start == s for o in m.options) for s in range(n)
-        )
-        return Solved(blocks, models, chain_of(models), options)
+        return assemble(blocks, models)
 
     return _CACHE.get(profile, ("blocks", merge), compute)
+
+
+def assemble(blocks: Blocks, models: dict[tuple[int, int], BlockModel]) -> Solved:
+    """The :class:`Solved` of these block models (per block, the options of the runs it starts)."""
+    options = tuple(
+        tuple(o for (start, _), m in sorted(models.items()) if start == s for o in m.options)
+        for s in range(len(blocks.blocks))
+    )
+    return Solved(blocks, models, chain_of(models), options)
 
 
 def expand(solved: Solved, ops: list[tuple]) -> list[Op]:
@@ -138,21 +151,43 @@ def _solve(profile: GraphProfile, budget: int, slots: int, deadline: Deadline | 
     if lowest > budget:
         detail = f"the least peak of its schedules over {count} blocks"
         raise InfeasibleBudgetError(NAME, budget, min(lowest, plan_peak(profile, store_all)), detail)
-    candidates = [("least-peak", lowest_ops)]
+    candidates = [(solved, "least-peak", lowest_ops)]
     table = fill(chain, budget, slots)
     found = read_ops(chain, table)
     if found is not None:
-        candidates.insert(0, ("dp", found))
-    fitting = [(walk(chain, ops), source, ops) for source, ops in candidates]
+        candidates.insert(0, (solved, "dp", found))
+        candidates.insert(0, _refined(profile, solved, budget, slots, found, deadline))
+    fitting = [(walk(s.chain, ops), source, ops, s) for s, source, ops in candidates]
     fitting = [item for item in fitting if item[0][0] <= budget]
-    (peak, ms), source, ops = min(fitting, key=lambda item: item[0][1])
+    (peak, ms), source, ops, used = min(fitting, key=lambda item: item[0][1])
     extra = {
         "source": source,
         "blocks": count,
-        "options": [len(o) for o in solved.options],
+        "options": [len(o) for o in used.options],
         "slots": table.levels,
     }
-    return make_schedule(profile, budget, NAME, expand(solved, ops), ms, peak, extra)
+    return make_schedule(profile, budget, NAME, expand(used, ops), ms, peak, extra)
+
+
+def _refined(
+    profile: GraphProfile, solved: Solved, budget: int, slots: int, found: list[tuple], deadline: Deadline | None
+) -> tuple[Solved, str, list[tuple]]:
+    """The DP's answer after the local search of :mod:`~remat.solver.graph.hierarchical_refine`
+    over the kept sets of large blocks (the DP's own answer where it finds nothing faster)."""
+
+    def dp(models: dict[tuple[int, int], BlockModel]) -> tuple[list[tuple], float] | None:
+        chain = chain_of(models)
+        ops = read_ops(chain, fill(chain, budget, slots))
+        if ops is None:
+            return None
+        peak, ms = walk(chain, ops)
+        return (ops, ms) if peak <= budget else None
+
+    start = (found, walk(solved.chain, found)[1])
+    models, ops, _ = refine(profile, solved.blocks, solved.models, dp, start, deadline)
+    if models is solved.models:
+        return solved, "dp", found
+    return assemble(solved.blocks, models), "dp, refined", ops
 
 
 def hierarchical_plan(profile: GraphProfile, budget: int, deadline: Deadline | None = None) -> StagePlan | None:

@@ -17,7 +17,9 @@ in a schedule the op runs.
   block's backward reads it; ``G_i`` (read by the previous block) stays. Two policies for
   recomputed forward nodes: *keep* (held while a later backward node, or a later recomputation,
   still reads it) and *lean* (held only while the current or the next backward node reads it,
-  recomputed again otherwise: slower, less memory). The backward's time includes its
+  recomputed again otherwise: slower, less memory), and a per-node mix of the two (the lean rule
+  for a given set of nodes, the keep rule for the others: what the local search of
+  :mod:`remat.solver.graph.hierarchical_refine` tries). The backward's time includes its
   recomputations.
 
 Which K: every subset of the block's forward nodes besides ``c_i`` when there are at most
@@ -66,7 +68,7 @@ class BlockOption:
     """A recording option: the kept set, the recording forward and the backward that uses it."""
 
     kept: frozenset[int]
-    lean: bool
+    lean: frozenset[int]  # forward nodes under the lean policy when recomputed (the others: keep)
     forward: Run
     backward: Run
 
@@ -113,7 +115,12 @@ class _Backward:
     """State of one backward walk (see the module docstring)."""
 
     def __init__(
-        self, profile: GraphProfile, block: Block, grads_out: tuple[int, ...], kept: frozenset[int], lean: bool
+        self,
+        profile: GraphProfile,
+        block: Block,
+        grads_out: tuple[int, ...],
+        kept: frozenset[int],
+        lean: frozenset[int],
     ):
         self.profile = profile
         self.preds = profile.predecessors
@@ -121,6 +128,7 @@ class _Backward:
         self.bwd = block.backward
         self.out = frozenset(grads_out)
         self.lean = lean
+        self.all_lean = self.fwd <= lean  # the lean policy: later recomputations hold nothing now
         self.kept = kept
         self.held = set(kept) | set(block.grads_in)
         self.ops: list[Op] = []
@@ -149,7 +157,7 @@ class _Backward:
         """Nodes the backward nodes after position p read, and (keep policy) the recomputations
         they will need read, given what is held now."""
         reads = set(self.later_reads[p])
-        if not self.lean:
+        if not self.all_lean:
             for w in self.missing(self.bwd[p + 1 :]):
                 reads.update(self.preds[w])
         return reads
@@ -162,7 +170,7 @@ class _Backward:
         for u in sorted(self.held):
             if u in self.out or u in rest:
                 continue
-            lean = self.lean and u in self.fwd and u not in self.kept
+            lean = u in self.lean and u in self.fwd and u not in self.kept
             if u not in (near if lean else far):
                 self.release(u)
 
@@ -247,20 +255,24 @@ def block_model(
     s: int,
     u: int | None = None,
     kept_sets: Iterable[frozenset[int]] | None = None,
+    policies: Iterable[tuple[frozenset[int], frozenset[int]]] | None = None,
 ) -> BlockModel:
     """Blocks ``s..u-1`` (default: block s alone) as one chain stage: its sizes, its non-recording
-    forward and its Pareto options over ``kept_sets`` (default: :func:`_kept_sets`)."""
+    forward and its Pareto options over ``kept_sets`` (default: :func:`_kept_sets`), each with
+    the keep and the lean policy, or over ``policies``: (kept set, nodes under the lean rule) pairs."""
     block, source, grads_out = merged(blocks, s, s + 1 if u is None else u)
     size = [node.size for node in profile.nodes]
     options = []
     nodes = len(block.forward) + len(block.backward)
-    candidates = _kept_sets(profile, block.forward) if kept_sets is None else kept_sets
+    if policies is None:
+        candidates = _kept_sets(profile, block.forward) if kept_sets is None else kept_sets
+        every = frozenset(block.forward)
+        policies = ((kept, lean) for kept in candidates for lean in (frozenset(), every))
     # the walks cost about nodes**2 each: a big block tries its first sets only (prefixes first)
-    for kept in itertools.islice(candidates, max(1, MAX_BLOCK_WORK // nodes**2)):
+    for kept, lean in itertools.islice(policies, 2 * max(1, MAX_BLOCK_WORK // nodes**2)):
         forward = _forward(profile, block.forward, kept)
-        for lean in (False, True):
-            backward = _Backward(profile, block, grads_out, kept, lean).run()
-            options.append(BlockOption(kept, lean, forward, backward))
+        backward = _Backward(profile, block, grads_out, kept, lean).run()
+        options.append(BlockOption(kept, lean, forward, backward))
     return BlockModel(
         input_size=size[source] if source is not None else 0,
         output_size=size[block.output],
