@@ -173,3 +173,32 @@ def test_inductor_stages_replay_within_tolerance_and_the_allocator_meets_the_pre
     assert any(stage.options for stage in profile.stages)
     _replay_checks(model, compiled, x, profile)
     assert _unique_graphs() == graphs
+
+
+@needs_inductor
+def test_checkpoint_compile_trains_a_cut_model_within_tolerance():
+    """``remat.checkpoint(..., compile=True)``: a model cut from its traced step, compiled stages,
+    the loss and every gradient within TOLERANCE of the plain model's."""
+    import remat
+
+    torch._dynamo.reset()
+    model, x = _gpt(), _input()
+    wrapped = remat.checkpoint(model, x, budget=0.8, loss=lambda out: out.pow(2).mean(), compile=True)
+    assert wrapped.profile.metadata["compiled"] == "torch.compile (inductor)"
+    want = _grads(model, x)
+    for p in model.parameters():
+        p.grad = None
+    leaf = x.clone().requires_grad_()
+    wrapped(leaf).backward()
+    assert _close([leaf.grad, *(p.grad for p in model.parameters())], want, TOLERANCE)
+
+
+@needs_inductor
+def test_inductor_dropout_draws_other_numbers_and_is_refused():
+    """Inductor's random ops use its own generator: a stage with active dropout is refused."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 16), nn.Sequential(nn.Linear(16, 16), nn.Dropout(0.5)), nn.Linear(16, 4))
+    with pytest.raises(RematError, match="stage '1': compiled .inductor. no-grad forward differs"):
+        compile_chain(model.train(), torch.randn(8, 16))
+    compile_chain(model.eval(), torch.randn(8, 16))  # no dropout in eval mode: accepted
