@@ -211,7 +211,7 @@ def remat_method(
     wrapped = RematModel(chain, schedule, profile, ((), kw, None))
     predicted = simulate(profile, schedule.ops, timeline=False)
     row |= {"options_used": options_used(schedule), "predicted_peak": predicted.peak_memory,
-            "predicted_ms": predicted.compute_ms}  # fmt: skip
+            "predicted_ms": predicted.compute_ms, "schedule": f"{profile.sha256[:12]} {schedule.ops}"}  # fmt: skip
     return Method(row, model, lambda: wrapped(**kw))
 
 
@@ -299,6 +299,17 @@ def _at_least(remat: list[dict], least: dict) -> dict[str, Any]:
     ratio = best["measured_ms"] / least["measured_ms"]
     return {"remat": best["method"], "remat_peak": best["measured_peak"], "remat_ms": best["measured_ms"],
             "remat_spread": best["ms_spread"], "ratio": ratio, "noise": noise, "met": ratio <= 1.0 + noise}  # fmt: skip
+
+
+def identical_schedules(rows: list[dict]) -> dict[str, Any]:
+    """The timing noise seen directly: rows that replay the same schedule of the same profile
+    (the DPs agree at some budgets) and how far apart their medians are (max / min - 1)."""
+    groups: dict[str, list[float]] = {}
+    for row in rows:
+        if "schedule" in row and "measured_ms" in row:
+            groups.setdefault(row["schedule"], []).append(row["measured_ms"])
+    gaps = [max(ms) / min(ms) - 1.0 for ms in groups.values() if len(ms) > 1]
+    return {"pairs": len(gaps), "largest_gap": max(gaps, default=None), "gaps": gaps}
 
 
 def targets(rows: list[dict]) -> dict[str, Any]:
@@ -423,6 +434,7 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> dict:
         "rows": rows,
         "rockmate": rockmate_cell(model, kw, store_all_peak(multi) // 2),
         "targets": targets(rows),
+        "identical_schedules": identical_schedules(rows),
     }
 
 
@@ -435,6 +447,7 @@ def main() -> None:
         print(f"  {stage['name']}: saved {format_size(stage['saved_size'])}; {options or 'no options'}")
     print(table(result["rows"]))
     print(json.dumps(result["targets"], indent=1))
+    print(f"same schedule, different rows: {result['identical_schedules']}")
     print(f"rockmate: {result['rockmate']['reason']}")
     result["machine"] = machine_info.machine("shared 2-core machine: times are noisy; ratios within the run")
     args.output.parent.mkdir(parents=True, exist_ok=True)

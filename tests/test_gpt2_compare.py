@@ -92,6 +92,14 @@ def test_baselines_and_targets(tiny):
     assert "| no checkpointing |" in gpt2_compare.table(rows)
 
 
+def test_identical_schedules_report_their_gap():
+    rows = [{"schedule": "a", "measured_ms": 100.0}, {"schedule": "a", "measured_ms": 110.0},
+            {"schedule": "b", "measured_ms": 50.0}, {"method": "no checkpointing", "measured_ms": 1.0}]  # fmt: skip
+    found = gpt2_compare.identical_schedules(rows)
+    assert found["pairs"] == 1
+    assert found["largest_gap"] == pytest.approx(0.1)
+
+
 def test_at_compile_least_memory_compares_medians_within_the_spread():
     compile_row = {"method": "torch.compile (inductor)", "activation_memory_budget": 0.1, "measured_peak": 100,
                    "measured_ms": 100.0, "ms_spread": 0.05}  # fmt: skip
