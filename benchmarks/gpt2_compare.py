@@ -1,7 +1,8 @@
 """remat's single- and multi-option DP fronts on a real GPT-2, side by side with no checkpointing,
 Hugging Face's per-block checkpointing and ``torch.compile``'s ``activation_memory_budget``.
 
-    PYTHONPATH=. python benchmarks/gpt2_compare.py [--layers 8 --dim 256 --seq 256 --batch 4] [--no-compile]
+    PYTHONPATH=. python benchmarks/gpt2_compare.py [--layers 8 --dim 256 --seq 256 --batch 4]
+       [--rounds 7] [--no-compile]
 
 The model is transformers' ``GPT2LMHeadModel`` from a config (issue 12: 8 layers, n_embd 256, 4
 heads, batch 4 x 256 tokens, dropout 0, random weights, CPU, one thread) with a 2,048-token
@@ -9,12 +10,19 @@ vocabulary: at GPT-2's 50,257 the logits and their gradient (206 MB each) set ev
 choice inside the blocks moves it (docs/benchmarks.md, "Stage options on a GPT-2"). remat cuts
 its training step (loss included) from the traced forward, proves the cut equal to the model
 (:func:`remat.executor.proof.cut_model`) and profiles it once with ``options=True``; the
-single-option profile is the same profile with the options dropped.
+single-option profile is the same profile with the options dropped. The "remat compiled
+stages" rows do the same on the cut with every stage and option compiled
+(:func:`remat.executor.compiled.compile_chain`, checked against the eager stages first;
+``--no-compiled-stages`` skips them).
 
 Every method is measured alike (:func:`remat.executor.measure.step_allocator_peak`, as
 benchmarks/real_models.py does): the CPU allocator's peak over forward + loss + backward, plus
 the chain input a_0 (the token ids); parameters and their pre-allocated gradients are outside.
-Step times are the fastest of ``--steps`` unmetered steps after a warm-up, on one thread. With
+Peaks are read first, in metered steps of their own; step times then come from ``--rounds``
+interleaved rounds (after a warm-up round) of one unmetered step of every method, round-robin, the
+order reversed every other round, so that load changes hit all methods alike: each row keeps the
+median, the samples, min, max and the interquartile range / median (``ms_spread``), and
+``identical_schedules`` shows how far apart rows replaying the same ops came out. With
 ``--clock thread`` (the default) every timer of the run, the profiler's included, reads the CPU
 time of the one thread that does all the work (``time.thread_time``: with one intra-op thread,
 eager, autograd and inductor's kernels all run on the calling thread on CPU), so that waiting for
@@ -211,7 +219,7 @@ def remat_method(
     wrapped = RematModel(chain, schedule, profile, ((), kw, None))
     predicted = simulate(profile, schedule.ops, timeline=False)
     row |= {"options_used": options_used(schedule), "predicted_peak": predicted.peak_memory,
-            "predicted_ms": predicted.compute_ms, "schedule": f"{profile.sha256[:12]} {schedule.ops}"}  # fmt: skip
+            "predicted_ms": predicted.compute_ms, "schedule": str(schedule.ops)}  # fmt: skip
     return Method(row, model, lambda: wrapped(**kw))
 
 
@@ -302,12 +310,13 @@ def _at_least(remat: list[dict], least: dict) -> dict[str, Any]:
 
 
 def identical_schedules(rows: list[dict]) -> dict[str, Any]:
-    """The timing noise seen directly: rows that replay the same schedule of the same profile
-    (the DPs agree at some budgets) and how far apart their medians are (max / min - 1)."""
-    groups: dict[str, list[float]] = {}
+    """The timing noise seen directly: rows that replay the same ops on the same kind of stages
+    (eager or compiled; the two DPs agree at some budgets, store-all always) and how far apart
+    their medians are (max / min - 1)."""
+    groups: dict[tuple[bool, str], list[float]] = {}
     for row in rows:
         if "schedule" in row and "measured_ms" in row:
-            groups.setdefault(row["schedule"], []).append(row["measured_ms"])
+            groups.setdefault(("compiled" in row["method"], row["schedule"]), []).append(row["measured_ms"])
     gaps = [max(ms) / min(ms) - 1.0 for ms in groups.values() if len(ms) > 1]
     return {"pairs": len(gaps), "largest_gap": max(gaps, default=None), "gaps": gaps}
 
