@@ -163,6 +163,24 @@ def _state_kept(stage: nn.Module) -> contextlib.AbstractContextManager:
     return restored_buffers(stage)
 
 
+def _results(what: str, run: Callable, x: torch.Tensor, stage: nn.Module, params: list, rng: torch.Tensor) -> list:
+    """What ``run`` computes on ``x`` for check ``what``, from the RNG state ``rng``, with the
+    stage's buffers put back afterwards (compiled and eager runs start alike)."""
+    with _state_kept(stage):
+        torch.set_rng_state(rng)
+        if what == "no-grad forward":
+            with torch.no_grad():
+                return [run(x)]
+        return _grads(run, x, params, grad=what != "recording forward of an input without gradient")
+
+
+def _worst(got: list, want: list) -> float:
+    """The largest :func:`_difference` over the tensors of two runs (inf if they differ in count)."""
+    if len(got) != len(want):
+        return float("inf")
+    return max((_difference(a, b) for a, b in zip(got, want, strict=True)), default=0.0)
+
+
 def check_stage(compiled: CompiledStage, x: torch.Tensor, name: str, options: Sequence[str], tolerance: float) -> None:
     """Refuse (one-line :class:`RematError`) unless ``compiled`` computes what its eager stage does
     on ``x``, within ``tolerance`` (see the module doc): no-grad forward; recording forward and
@@ -186,16 +204,9 @@ def check_stage(compiled: CompiledStage, x: torch.Tensor, name: str, options: Se
     rng = torch.get_rng_state()
     try:
         for what, got_run, want_run in runs:
-            with _state_kept(stage):
-                torch.set_rng_state(rng)
-                if what == "no-grad forward":
-                    with torch.no_grad():
-                        got, want = [got_run(x)], [want_run(x)]
-                else:
-                    grad = what != "recording forward of an input without gradient"
-                    got, want = _grads(got_run, x, params, grad), _grads(want_run, x, params, grad)
-            worst = max((_difference(a, b) for a, b in zip(got, want, strict=True)), default=0.0)
-            if len(got) != len(want) or worst > tolerance:
+            got, want = (_results(what, run, x, stage, params, rng) for run in (got_run, want_run))
+            worst = _worst(got, want)
+            if worst > tolerance:
                 compiled._checked.difference_update(options)
                 raise RematError(
                     f"stage '{name}': compiled ({compiled.backend}) {what} differs from the eager stage by "
