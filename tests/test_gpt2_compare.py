@@ -93,8 +93,12 @@ def test_baselines_and_targets(tiny):
 
 
 def test_identical_schedules_report_their_gap():
-    rows = [{"schedule": "a", "measured_ms": 100.0}, {"schedule": "a", "measured_ms": 110.0},
-            {"schedule": "b", "measured_ms": 50.0}, {"method": "no checkpointing", "measured_ms": 1.0}]  # fmt: skip
+    single, multi, staged = "remat single-option DP", "remat multi-option DP", "remat compiled stages, multi-option DP"
+    rows = [{"method": single, "schedule": "a", "measured_ms": 100.0},
+            {"method": multi, "schedule": "a", "measured_ms": 110.0},
+            {"method": staged, "schedule": "a", "measured_ms": 80.0},  # other kernels: not the same step
+            {"method": multi, "schedule": "b", "measured_ms": 50.0},
+            {"method": "no checkpointing", "measured_ms": 1.0}]  # fmt: skip
     found = gpt2_compare.identical_schedules(rows)
     assert found["pairs"] == 1
     assert found["largest_gap"] == pytest.approx(0.1)
