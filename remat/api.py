@@ -104,6 +104,7 @@ def checkpoint(
     strategy: str = "optimal",
     repeats: int = 3,
     warmup: int = 1,
+    compile: bool = False,  # noqa: A002 - the option's name in the docs
 ) -> RematModel:
     """Cut, prove, profile and solve ``model``; return the :class:`RematModel` that trains under ``budget``.
 
@@ -118,6 +119,9 @@ def checkpoint(
             differentiates the model's own ``loss`` (Hugging Face with ``labels``) or its output.
         target: the example's target when ``loss`` takes one (then pass ``target=`` on each call).
         strategy: a chain strategy of ``remat solve`` (``optimal``, ``revolve``, ``chen-sqrt``, ...).
+        compile: run every stage through ``torch.compile`` (inductor), checked against the eager
+            stage within a tolerance, for profiling and replay alike
+            (:func:`remat.executor.compiled.compile_chain`; docs/executor.md, "Compiled stages").
     """
     from remat.executor.profiler import profile_chain
     from remat.executor.proof import cut_model
@@ -129,6 +133,10 @@ def checkpoint(
     args, kwargs = _split_inputs(example_inputs)
     chain = cut_model(model, args, kwargs, loss=loss, target=target)
     x = chain.bind(*args, target=target, **kwargs)
+    if compile:
+        from remat.executor.compiled import compile_chain
+
+        chain = compile_chain(chain, x)
     batch = int(x.shape[0]) if x.dim() > 0 else 1
     profile = profile_chain(
         chain, x, name=f"{type(model).__name__.lower()}-b{batch}-{x.device.type}", repeats=repeats, warmup=warmup

@@ -78,6 +78,10 @@ def selective_forward(stage: torch.nn.Module, leaf: torch.Tensor, name: str) -> 
     """Run ``stage(leaf)`` recording with option ``name``: its policy's op outputs are saved, the
     rest is recomputed inside the backward. ``leaf`` must already require grad when it can."""
     require_policy(name, "option")
+    from remat.executor.compiled import CompiledStage  # here: compiled.py reads this module
+
+    if isinstance(stage, CompiledStage):  # opt-in compiled stages compile the checkpoint itself
+        return stage.selective(leaf, name)
     context = functools.partial(create_selective_checkpoint_contexts, _policy(name))
     with torch.enable_grad():
         return checkpoint(stage, leaf, use_reentrant=False, context_fn=context)

@@ -96,6 +96,10 @@ def applicable_policies(stage: nn.Module, x: torch.Tensor) -> list[str]:
     them would only recompute the whole stage, what a checkpoint already does), the first of
     those that keep the same ops of this stage only (the same recording twice would let timing
     noise choose between names)."""
+    from remat.executor.compiled import CompiledStage  # here: compiled.py reads this module
+
+    if isinstance(stage, CompiledStage):  # its eager ops (a dispatch mode sees no compiled ones)
+        stage = stage.original
     mode = _OpsSeen()
     with mode, torch.enable_grad():
         stage(_leaf(x))

@@ -404,6 +404,10 @@ def profile_chain(
         "threads": torch.get_num_threads(),
         "memory": _MEMORY_SOURCE.get(device.type, _MEMORY_SOURCE["cpu"]),
     }
+    from remat.executor.compiled import compiled_label  # here: compiled.py reads this module
+
+    if compiled_label(chain) is not None:  # replayed compiled too (RematChain checks)
+        metadata["compiled"] = compiled_label(chain)
     profile = ChainProfile(
         name=label,
         input_size=allocation_size(example_input.untyped_storage().nbytes(), device),

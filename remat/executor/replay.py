@@ -91,6 +91,21 @@ def _option_names(ops: Sequence[Op], profile: ChainProfile | None) -> dict[tuple
     return {(op[1], op[2]): profile.stages[op[1]].recording(op[2]).name for op in ops if len(op) == 3}
 
 
+def _check_compiled(chain: Chain, profile: ChainProfile | None) -> None:
+    """Refuse a profile measured on compiled stages for an eager chain, or the other way round:
+    its times and transients were those of other kernels (remat.executor.compiled)."""
+    from remat.executor.compiled import compiled_label  # here: compiled.py reads options_policy
+
+    if profile is None:
+        return
+    measured, here = profile.metadata.get("compiled"), compiled_label(chain)
+    if measured != here:
+        raise RematError(
+            f"profile '{profile.name}' was measured with {measured or 'eager stages'}, but the chain runs "
+            f"{here or 'eager stages'}: profile the chain that is replayed (compile_chain)"
+        )
+
+
 class _Step:
     """State of one training step: the held items and the recomputation record (replay_core)."""
 
@@ -236,6 +251,7 @@ class RematChain(nn.Module):
         else:
             ops = schedule
         self.ops = check_ops_for_chain(ops, len(self.chain), profile)
+        _check_compiled(self.chain, profile)
         self.option_names = _option_names(self.ops, profile)
         first_b = next(k for k, op in enumerate(self.ops) if op[0] == "B")
         self.forward_ops = self.ops[:first_b]
