@@ -144,6 +144,12 @@ GRAPH_CASES = [
         -1,
         "nodes[1].time_ms: must be a non-negative number of milliseconds, got -1",
     ),
+    (
+        "node time past float",  # JSON integers are unbounded: float() would overflow (found by hypothesis)
+        ("nodes", 1, "time_ms"),
+        10**400,
+        "nodes[1].time_ms: must be a finite number of milliseconds, got an integer of 1329 bits",
+    ),
     ("backward not bool", ("nodes", 1, "backward"), "yes", "nodes[1].backward: must be true or false, got 'yes'"),
     ("missing node size", ("nodes", 0, "size"), _DELETE, "nodes[0].size: missing required field"),
     ("missing edges", ("edges",), _DELETE, "edges: missing required field"),

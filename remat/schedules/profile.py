@@ -41,9 +41,14 @@ def _check_size(value: Any, path: str) -> int:
 def _check_time(value: Any, path: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ProfileError(f"{path}: must be a non-negative number of milliseconds, got {value!r}")
-    if not math.isfinite(value) or value < 0:
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past float's range (JSON integers are unbounded)
+        size = f"an integer of {value.bit_length()} bits"
+        raise ProfileError(f"{path}: must be a finite number of milliseconds, got {size}") from None
+    if not math.isfinite(number) or number < 0:
         raise ProfileError(f"{path}: must be a non-negative number of milliseconds, got {value}")
-    return float(value)
+    return number
 
 
 def _check_name(value: Any, path: str) -> str:
