@@ -118,30 +118,31 @@ def point(graph: str, percent: float, ilp_limit: float | None, previous: Path | 
     return row
 
 
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:+.2f}%"
+
+
+def _overheads(row: dict) -> tuple[str, str]:
+    """(hierarchical's, the flat ILP's) step-time overhead over store-all, as text."""
+    over = _pct(row["compute_ms"] / row["store_all_ms"] - 1) if "compute_ms" in row else "infeasible"
+    flat = row.get("flat") or {}
+    flat_over = _pct(flat["best_ms"] / row["store_all_ms"] - 1) if flat.get("best_ms") else "—"
+    return over, flat_over
+
+
 def markdown(row: dict) -> str:
     """The row for docs/strategies.md's table."""
-
-    def pct(x):
-        return "—" if x is None else f"{100 * x:+.2f}%"
-
-    over = pct(row["compute_ms"] / row["store_all_ms"] - 1) if "compute_ms" in row else "infeasible"
-    flat = row.get("flat") or {}
-    flat_over = pct(flat["best_ms"] / row["store_all_ms"] - 1) if flat.get("best_ms") else "—"
+    over, flat_over = _overheads(row)
     cells = [row["graph"], f"{row['budget_percent']:.0f}%", over, f"{row['seconds']:.2f}", flat_over]
-    cells += [pct(row.get("vs_flat_best")), pct(row.get("vs_flat_bound"))]
+    cells += [_pct(row.get("vs_flat_best")), _pct(row.get("vs_flat_bound"))]
     return "| " + " | ".join(cells) + " |"
 
 
 def show(row: dict) -> str:
-    def pct(x):
-        return "—" if x is None else f"{100 * x:+.2f}%"
-
-    over = pct(row["compute_ms"] / row["store_all_ms"] - 1) if "compute_ms" in row else "infeasible"
-    flat = row.get("flat") or {}
-    flat_over = pct(flat["best_ms"] / row["store_all_ms"] - 1) if flat.get("best_ms") else "—"
+    over, flat_over = _overheads(row)
     return (
         f"{row['graph']:<12} {row['budget_percent']:>4.0f}%  {over:>10}  {row['seconds']:>6.2f} s"
-        f"  {flat_over:>10}  {pct(row.get('vs_flat_best')):>9}  {pct(row.get('vs_flat_bound')):>9}"
+        f"  {flat_over:>10}  {_pct(row.get('vs_flat_best')):>9}  {_pct(row.get('vs_flat_bound')):>9}"
     )
 
 

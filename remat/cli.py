@@ -193,12 +193,13 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
     else:
         strategies = strategy_names(kind)
     if kind == "chain":
+        from remat.plots import preload  # matplotlib itself is imported only when called
         from remat.solver.chain.pareto import chain_front
 
         # matplotlib's import (~0.5 s) overlaps the DP's last tables instead of following them
-        preload = _preload_plots if args.output else None
+        waiting = preload if args.output else None
         front = chain_front(
-            profile, strategies, slots=args.slots or 500, points=args.points, progress=True, while_waiting=preload
+            profile, strategies, slots=args.slots or 500, points=args.points, progress=True, while_waiting=waiting
         )
         points = list(front.points)
         by_strategy = front.by_strategy()
@@ -255,12 +256,6 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
         plot_front(f"{profile.name}: step time vs peak memory", by_strategy, store_all_ms, args.output, marks)
         print(f"wrote {args.output}")
     return 0
-
-
-def _preload_plots() -> None:
-    from remat.plots import preload
-
-    preload()
 
 
 def _print_failed(failed) -> None:

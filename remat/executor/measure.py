@@ -185,19 +185,18 @@ def _metered(wrapped: RematChain, step: Callable[[], None], meter, device: torch
 def _restoring(module: torch.nn.Module, device: torch.device) -> Iterator[None]:
     """Put ``module``'s parameter gradients and buffers and the RNG (CPU, and ``device``'s if CUDA)
     back as they were when the block started: a diagnostic step leaves no trace."""
+    from remat.executor.options_policy import restored_buffers
+
     with untracked(), torch.no_grad():
         grads = [(p, None if p.grad is None else p.grad.detach().clone()) for p in module.parameters()]
-        buffers = [(b, b.detach().clone()) for b in module.buffers()]
     cpu_rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
     try:
-        yield
+        with restored_buffers(module):
+            yield
     finally:
-        with torch.no_grad():
-            for b, saved in buffers:
-                b.copy_(saved)
-            for p, saved in grads:
-                p.grad = saved
+        for p, saved in grads:
+            p.grad = saved
         torch.set_rng_state(cpu_rng)
         if cuda_rng is not None:
             torch.cuda.set_rng_state(cuda_rng, device)
