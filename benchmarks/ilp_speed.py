@@ -68,7 +68,9 @@ GRAPHS = "vgg16,unet,mobilenetv2,resnet50,vit_b16,densenet121,gpt2"
 HIERARCHICAL = "hierarchical"
 
 
-def benchmark(names, percents, limits, workers, lp_limit, formulations, done=lambda entry: None) -> list[dict]:
+def benchmark(
+    names, percents, limits, workers, lp_limit, formulations, done=lambda entry: None, lp_rounding=True
+) -> list[dict]:
     """One entry per (graph, budget), handed to ``done`` as soon as it is measured."""
     rows = []
     hierarchical = HIERARCHICAL in strategy_names("graph")
@@ -90,7 +92,8 @@ def benchmark(names, percents, limits, workers, lp_limit, formulations, done=lam
             }
             for strategy in ("store-all", "chen-sqrt", "chen-greedy"):
                 entry["results"].append(_run(profile, budget, strategy))
-            entry["results"].append(_run(profile, budget, "lp-rounding", time_limit=lp_limit))
+            if lp_rounding:
+                entry["results"].append(_run(profile, budget, "lp-rounding", time_limit=lp_limit))
             for limit in limits:
                 for formulation in formulations:
                     row = _run(profile, budget, "ilp", time_limit=limit, workers=workers, formulation=formulation)
@@ -171,6 +174,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=8, help="CP-SAT workers")
     parser.add_argument("--formulations", default="checkmate,moccasin", help="ilp formulations, each at every limit")
     parser.add_argument("--compare-backends", action="store_true")
+    parser.add_argument(
+        "--no-lp-rounding", action="store_true", help="leave out the lp-rounding column (its own strategy, unchanged)"
+    )
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "ilp_speed.json"))
     parser.add_argument("--append", action="store_true", help="add to the rows already in --out")
     args = parser.parse_args()
@@ -198,7 +204,7 @@ def main() -> None:
         write()
     else:
         formulations = [f for f in args.formulations.split(",") if f]
-        benchmark(names, percents, limits, args.workers, args.lp_limit, formulations, done=write)
+        benchmark(names, percents, limits, args.workers, args.lp_limit, formulations, write, not args.no_lp_rounding)
     print(f"\nwrote {out}")
 
 

@@ -46,6 +46,9 @@ def frontier_optimum(profile: GraphProfile, budget: int) -> float | None:
     succs = [set(s) for s in profile.successors]
     size = [node.size for node in profile.nodes]
     time = [node.time_ms for node in profile.nodes]
+    last_descendant = list(range(n))
+    for v in reversed(range(n)):
+        last_descendant[v] = max([v, *(last_descendant[k] for k in succs[v])])
     best: dict[tuple[int, frozenset], float] = {(0, frozenset()): 0.0}
     queue = [(0.0, 0, frozenset())]
     while queue:
@@ -59,7 +62,9 @@ def frontier_optimum(profile: GraphProfile, budget: int) -> float | None:
             if any(not preds[v] <= (held | set(computed)) for v in computed):
                 continue
             present = held | set(computed)
-            useful = [i for i in present if any(k > t for k in succs[i])]
+            # worth keeping: a node some later stage may need, directly or to recompute a node
+            # that one needs (a descendant after t; not only a direct consumer after t)
+            useful = [i for i in present if last_descendant[i] > t]
             for keep in _subsets(useful):
                 keep = frozenset(keep)
                 # Walk the stage: compute in index order, free non-kept nodes after their last use.

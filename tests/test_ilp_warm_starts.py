@@ -1,6 +1,6 @@
-"""The ``ilp`` strategy's warm-start hook (``warm_starts`` / ``ilp.WARM_STARTS``) and its LP ->
-CP-SAT hand-off: a provider's plan within the budget becomes CP-SAT's hint (so the answer is never
-worse than it), one over the budget is ignored, an invalid one is a bug said plainly, and the LP
+"""The ``ilp`` strategy's warm-start hook (``warm_starts`` / ``ilp.WARM_STARTS``) and its HiGHS ->
+CP-SAT hand-off: a provider's plan within the budget becomes the hint (so the answer is never
+worse than it), one over the budget is ignored, an invalid one is a bug said plainly, and HiGHS
 runs next to Moccasin's search, then Checkmate's CP-SAT searches from the best plan."""
 
 from __future__ import annotations
@@ -76,14 +76,16 @@ def test_a_plan_over_the_budget_is_ignored_and_an_invalid_one_is_a_bug():
         ilp.solve(profile, budget, time_limit=5, workers=1, warm_starts=[("broken", lambda g, b, d: broken)])
 
 
-def test_moccasin_searches_while_the_lp_runs_then_cp_sat_from_the_best_plan():
+def test_moccasin_searches_while_highs_runs_then_cp_sat_from_the_best_plan():
     profile, budget = _chain_graph(30, seed=5)
     schedule = ilp.solve(profile, budget, time_limit=20, workers=2)
     check_schedule(profile, schedule)
     phases = schedule.extra["phases_seconds"]
-    assert {"cp_sat_build", "moccasin_during_lp", "lp_rounding"} <= set(phases)
-    # CP-SAT searched after the LP, unless a loaded machine left it no time (then it says so)
-    assert "cp_sat" in phases or "ran out" in schedule.extra.get("note", "")
+    assert {"cp_sat_build", "moccasin_during_highs", "highs"} <= set(phases)
+    # CP-SAT searched after HiGHS, unless HiGHS proved the optimum or a loaded machine left it no
+    # time (then it says so)
+    optimal = schedule.extra["status"] == "optimal"
+    assert "cp_sat" in phases or optimal or "ran out" in schedule.extra.get("note", "")
     assert schedule.extra["lower_bound_ms"] <= schedule.predicted.compute_ms + 1e-9
 
 
@@ -105,50 +107,51 @@ def test_plan_from_ops_reads_back_the_plan_with_its_frees():
     assert again == plan and plan_peak(profile, again) == plan_peak(profile, plan)
 
 
-def test_moccasin_beside_the_lp_wins_when_faster(monkeypatch):
-    """With Checkmate's searches out of the way, the schedule Moccasin found beside the LP is the
-    answer when it beats the warm start; it is simulator-checked and its bound is the LP-side one."""
+def test_moccasin_beside_highs_wins_when_faster(monkeypatch):
+    """With Checkmate's searches out of the way, the schedule Moccasin found beside HiGHS is the
+    answer when it beats the warm start; it is simulator-checked and its bound is the HiGHS-side one."""
     import time
 
     from remat.solver.deadline import TimeUp
-    from remat.solver.graph.lp_rounding import Rounded
+    from remat.solver.graph.highs_search import BranchAndCut
 
     profile, budget = _chain_graph()
     baseline = best_baseline_plan(profile, budget)
 
-    def slow_lp(graph, bytes_, deadline):
+    def slow_highs(model, start, bytes_, deadline, kill_at=None):
         time.sleep(min(4.0, deadline.left()))  # Moccasin searches meanwhile
-        return Rounded("time limit", None, None, "", None, 4.0, "the LP solve")
+        return BranchAndCut("killed", None, None, 4.0, "it ran past its time")
 
     def no_search(*args, **kwargs):
         raise TimeUp("the cp-sat search")
 
-    monkeypatch.setattr(ilp, "round_relaxation", slow_lp)
+    monkeypatch.setattr(ilp, "branch_and_cut", slow_highs)
     monkeypatch.setattr(ilp, "search", no_search)
     # no providers: the hierarchical plan is often as good as Moccasin's on this chain
     schedule = ilp.solve(profile, budget, time_limit=20, workers=2, warm_starts=())
     check_schedule(profile, schedule)
-    assert schedule.extra["source"] == "moccasin search beside the LP"
+    assert schedule.extra["source"] == "moccasin search beside HiGHS"
+    assert schedule.extra["highs"] == "killed: it ran past its time"
     assert schedule.predicted.compute_ms < baseline[1].cost_ms(profile)
     assert profile.store_all_compute_ms <= schedule.extra["lower_bound_ms"] <= schedule.predicted.compute_ms
 
 
 def test_default_providers_start_from_the_hierarchical_schedule(monkeypatch):
-    """With no LP and no CP-SAT search, the default warm starts alone decide: the answer is never
+    """With no HiGHS and no CP-SAT search, the default warm starts alone decide: the answer is never
     slower than the hierarchical solver's own schedule at that budget."""
     from remat.solver import solve
     from remat.solver.deadline import TimeUp
-    from remat.solver.graph.lp_rounding import Rounded
+    from remat.solver.graph.highs_search import BranchAndCut
 
     profile, budget = _chain_graph()
 
-    def no_lp(graph, bytes_, deadline):
-        return Rounded("time limit", None, None, "", None, 0.0, "the LP solve")
+    def no_highs(model, start, bytes_, deadline, kill_at=None):
+        return BranchAndCut("not run", None, None, 0.0, "no time was left for it")
 
     def no_search(*args, **kwargs):
         raise TimeUp("the cp-sat search")
 
-    monkeypatch.setattr(ilp, "round_relaxation", no_lp)
+    monkeypatch.setattr(ilp, "branch_and_cut", no_highs)
     monkeypatch.setattr(ilp, "search", no_search)
     hierarchical = solve(profile, budget, "hierarchical")
     schedule = ilp.solve(profile, budget, time_limit=20, workers=1)

@@ -19,6 +19,7 @@ from remat.solver import solve
 from remat.solver.deadline import MARGIN_FRACTION, MARGIN_SECONDS, Deadline, TimeUp
 from remat.solver.graph.chain_to_graph import chain_to_graph
 from remat.solver.graph.checkmate_model import solve_model, solve_relaxation
+from remat.solver.graph.highs_search import BranchAndCut
 from remat.solver.graph.lp_rounding import Rounded
 
 
@@ -61,16 +62,16 @@ def test_model_building_stops_at_the_deadline():
 
 
 def test_each_phase_gets_what_is_left_of_one_deadline(monkeypatch):
-    """With a clock that advances 0.5 s per reading, LP rounding gets LP_SHARE of what is left after the
-    baselines and the model building, and CP-SAT after it gets the very same deadline as the whole
-    solve (the rest of it)."""
+    """With a clock that advances 0.5 s per reading, the quick CP-SAT try gets at most QUICK_SECONDS,
+    HiGHS then HIGHS_SHARE of what is left, and CP-SAT after it gets the very same deadline as the
+    whole solve (the rest of it)."""
     clock = FakeClock(step=0.5)
     seen = {"cp": []}
     monkeypatch.setattr(ilp, "Deadline", lambda limit: Deadline(limit, clock))
 
-    def fake_rounding(profile, budget, deadline):
-        seen["lp"] = (deadline.start, deadline.end)
-        return Rounded("time limit", None, None, "", None, 0.0, "building the LP relaxation")
+    def fake_highs(model, start, budget, deadline, kill_at=None):
+        seen["highs"] = (deadline.start, deadline.end)
+        return BranchAndCut("killed", None, None, 0.0, "it ran past its time")
 
     class FakeModel:
         count = 0
@@ -85,17 +86,19 @@ def test_each_phase_gets_what_is_left_of_one_deadline(monkeypatch):
     def no_intervals(*args, **kwargs):
         raise TimeUp("building the moccasin model")  # so that no other thread reads the fake clock
 
-    monkeypatch.setattr(ilp, "round_relaxation", fake_rounding)
+    monkeypatch.setattr(ilp, "branch_and_cut", fake_highs)
     monkeypatch.setattr(ilp, "build_intervals", no_intervals)
     monkeypatch.setattr(ilp, "build_model", lambda profile, budget, deadline: FakeModel())
     monkeypatch.setattr(ilp, "search", fake_search)
     profile = load_profile(EXAMPLES / "graph_unet.json")
     schedule = ilp.solve(profile, reference_peak(profile) * 6 // 10, time_limit=30.0)
-    assert len(seen["cp"]) == 1 and seen["cp"][0].limit == 30.0
-    whole = seen["cp"][0]
-    lp_start, lp_end = seen["lp"]
-    assert lp_end == pytest.approx(lp_start + ilp.LP_SHARE * (whole.end - lp_start), abs=0.5)
-    assert lp_end < whole.end
+    assert len(seen["cp"]) == 2 and seen["cp"][1].limit == 30.0
+    quick, whole = seen["cp"]
+    assert quick.limit <= ilp.QUICK_SECONDS and quick.end <= whole.end
+    highs_start, highs_end = seen["highs"]
+    assert highs_start >= quick.start
+    assert highs_end == pytest.approx(highs_start + ilp.HIGHS_SHARE * (whole.end - highs_start), abs=0.5)
+    assert highs_end < whole.end
     assert "ran out during the cp-sat search" in schedule.extra["note"]
     assert schedule.extra["source"].startswith("warm start")
 
@@ -108,11 +111,12 @@ def test_ilp_on_resnet50_keeps_its_limit_and_says_when_it_is_too_short(limit):
     assert extra["time_limit_seconds"] == limit
     assert Deadline(limit).within_margin(extra["elapsed_seconds"])
     phases = extra["phases_seconds"]
-    # the phases run one after another, except Moccasin's search beside the build and the LP
-    sequential = sum(v for k, v in phases.items() if k not in ("cp_sat_given", "moccasin_during_lp"))
+    # the phases run one after another, except Moccasin's search beside the build and HiGHS
+    sequential = sum(v for k, v in phases.items() if k not in ("cp_sat_given", "moccasin_during_highs"))
     assert sequential <= extra["elapsed_seconds"] + 1e-3
-    assert phases.get("moccasin_during_lp", 0.0) <= extra["elapsed_seconds"] + 1e-3
-    # the LP alone needs ~3 s on this graph: at these limits nothing beats the warm start, and it says so
+    assert phases.get("moccasin_during_highs", 0.0) <= extra["elapsed_seconds"] + 1e-3
+    # HiGHS's root LP alone needs ~15 s on this graph: at these limits nothing beats the warm start,
+    # and it says so
     assert extra["source"].startswith("warm start") and "--time-limit" in extra["note"]
 
 

@@ -55,10 +55,11 @@ class Deadline:
         if self.clock() >= self.end:
             raise TimeUp(phase)
 
-    def share(self, fraction: float) -> Deadline:
-        """A deadline ending after ``fraction`` of the time left now (never after this one)."""
+    def share(self, fraction: float, at_most: float = float("inf")) -> Deadline:
+        """A deadline ending after ``fraction`` of the time left now, and after at most ``at_most``
+        seconds (never after this one)."""
         now = self.clock()
-        return Deadline(min(self.end, now + fraction * self.left()) - now, self.clock, now)
+        return Deadline(min(self.end, now + min(fraction * self.left(), at_most)) - now, self.clock, now)
 
     def within_margin(self, seconds: float) -> bool:
         """Whether ``seconds`` of wall time keeps the promise made for this limit."""

@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import reduce
 from typing import Any
@@ -90,6 +91,13 @@ BACKENDS = ("cp-sat", "scip", "highs")
 # the true milliseconds (the true cost of any plan is >= its rounded-down cost).
 TIME_STEPS = 10**6
 LP_TIME_SHARE = 0.85
+# The name of the constraints that force FREE up to Checkmate's rule (FREE >= 1 - sum(hazards)).
+# They keep the decoded frees exact, but no optimum needs them (without them FREE may only be
+# smaller; raising it to the rule's value lowers U and keeps the cost, so the optimum is the
+# same), and on the bundled graphs the LP value is the same without them: HiGHS's child leaves
+# them out (~26k of the ResNet-50 graph's 158k rows; its second round of root cuts came ~10%
+# sooner). See remat/solver/graph/highs_child.py.
+FORCED_FREE = "forced free"
 
 
 @dataclass(frozen=True)
@@ -211,7 +219,7 @@ class _Model:
                     hazards += [self.R[t, j] for j in succs[i] if k < j <= t]
                     for h in hazards:
                         add(free + h <= 1)
-                    add(free >= 1 - sum(hazards))
+                    add(free >= 1 - sum(hazards), FORCED_FREE)
             previous = None
             for k in range(t + 1):
                 u = self._int(0, self.cap, f"U[{t},{k}]")
@@ -248,12 +256,14 @@ class _Model:
             return self.m.NewIntVar(lb, ub, name)
         return self.m.NumVar(float(lb), float(ub), name)
 
-    def _add(self, constraint: Any) -> None:
+    def _add(self, constraint: Any, name: str | None = None) -> None:
         if isinstance(constraint, bool):
             if not constraint:
                 raise AssertionError("trivially false constraint")
             return
-        self.m.Add(constraint)
+        added = self.m.Add(constraint)
+        if name is not None and self.backend == "cp-sat":
+            added.WithName(name)
 
     def hint(self, plan: StagePlan) -> None:
         """Give the solver a complete solution: R, S from the plan; FREE and U by Checkmate's rules
@@ -341,10 +351,12 @@ class _Model:
             bound = self.m.Objective().Value() if self.relax else self.m.Objective().BestBound()
         return status, bound, seconds
 
-    def plan(self) -> StagePlan:
+    def plan(self, value: Callable[[Any], float] | None = None) -> StagePlan:
+        """The plan in the solver's values, or in ``value(var)`` (e.g. another solver's)."""
+        value = value or self.value
         n = self.profile.size
-        R = tuple(frozenset(i for i in range(t + 1) if self.value(self.R[t, i]) > 0.5) for t in range(n))
-        S = tuple(frozenset(i for i in range(t) if self.value(self.S[t, i]) > 0.5) for t in range(n))
+        R = tuple(frozenset(i for i in range(t + 1) if value(self.R[t, i]) > 0.5) for t in range(n))
+        S = tuple(frozenset(i for i in range(t) if value(self.S[t, i]) > 0.5) for t in range(n))
         return StagePlan(R, S)
 
     def free_matches(self, plan: StagePlan) -> bool:

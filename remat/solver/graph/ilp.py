@@ -11,17 +11,21 @@ Phases, all on one deadline (:mod:`remat.solver.deadline`):
    ``warm_starts`` argument), ``(profile, budget, deadline) -> StagePlan | None``, each given
    :data:`PROVIDER_SHARE` of the time left; plans are checked, over-budget ones ignored;
 2. while Moccasin's much smaller model (:mod:`remat.solver.graph.moccasin`) searches from the
-   best warm start on the cores left free, the CP-SAT model of Checkmate's MILP is built (once)
-   and Checkmate's LP rounding (HiGHS, single-threaded) gets :data:`LP_SHARE` of the time left;
-3. as soon as the LP is rounded, that search is stopped and CP-SAT searches Checkmate's model,
-   with every worker and the rest of the time, from the best plan (the warm start or LP rounding's).
+   best warm start on the cores left free, the CP-SAT model of Checkmate's MILP is built (once),
+   CP-SAT searches it briefly (:data:`QUICK_SECONDS`; small models end here, proven optimal), and
+   HiGHS's branch and cut runs on that very model, from the best plan so far, in a child
+   process on one core (:mod:`remat.solver.graph.highs_search`), for :data:`HIGHS_SHARE` of the
+   time left or until it proves the optimum;
+3. then that search is stopped and CP-SAT searches Checkmate's model, with every worker and the
+   rest of the time, from the best plan (the warm start or HiGHS's).
 
 The answer is the cheapest schedule found; Moccasin's may be in any op order (not
 frontier-advancing), and it wins only when it is faster than every frontier-advancing one found.
 
 The schedule's ``extra`` reports ``status`` (optimal / feasible), ``lower_bound_ms`` (the larger
-of CP-SAT's bound and the LP value, both proven), ``gap`` = (compute_ms - lower_bound_ms) /
-compute_ms, ``phases_seconds`` and the warm start. ``formulation="moccasin"`` replaces phases 2-4
+of CP-SAT's and HiGHS's bounds, both proven; HiGHS's, once its root LP is solved, is at least the
+LP relaxation's value), ``gap`` = (compute_ms - lower_bound_ms) / compute_ms, ``phases_seconds``,
+the warm start and ``highs`` when HiGHS gave no answer (why). ``formulation="moccasin"`` replaces phases 2-3
 by Moccasin's retention-interval model (:mod:`remat.solver.graph.moccasin`: any op order, each
 node computed at most twice; its bound holds for that space).
 Units: bytes, milliseconds, seconds for the time limit.
@@ -41,22 +45,26 @@ from remat.solver.deadline import Deadline, TimeUp, check_time_limit
 from remat.solver.graph.baselines import best_baseline_plan, store_all_plan
 from remat.solver.graph.checkmate_model import BACKEND_CHOICE, DEFAULT_WORKERS, build_model, minimum_peak, search
 from remat.solver.graph.hierarchical import hierarchical_plan
-from remat.solver.graph.lp_rounding import round_relaxation
+from remat.solver.graph.highs_search import branch_and_cut
 from remat.solver.graph.moccasin import DEFAULT_COPIES, build_intervals, solve_intervals
 from remat.solver.graph.stages import StagePlan, memory_lower_bound, plan_memory, plan_ops, plan_peak
 
 NAME = "ilp"
 DEFAULT_TIME_LIMIT = 60.0
-# Up to this share of the time left goes to LP rounding (HiGHS, one core) while Moccasin's model
-# searches from the warm start on the other cores; CP-SAT then searches Checkmate's model, with
-# every worker, from the best frontier-advancing plan. The share is large because the LP is the
-# one source of a good frontier-advancing plan on the larger graphs: on the ResNet-50 graph (141
-# nodes) at 50% and 70% with a 60 s limit on a loaded 2-core machine, CP-SAT alone (one worker
-# beside the LP, then eight) did not improve on the chen-greedy warm start at all (+33.4%,
-# +24.5%), and the LP needed ~12 s to build and ~37 s to solve, more than a 0.6 share (~33 s)
-# gave it. The search beside it loses nothing when the LP is slow; when the LP is fast, CP-SAT
-# gets the rest with every worker anyway.
-LP_SHARE = 0.85
+# Up to this share of the time left goes to HiGHS's branch and cut (one core) while Moccasin's
+# model searches from the warm start on the other cores; CP-SAT then searches Checkmate's model,
+# with every worker, from the best frontier-advancing plan. HiGHS is there for its bound: on the
+# ResNet-50 graph at 50% (60 s, 2 cores) its root LP ends ~15 s after it starts and its second
+# round of cuts, the one that brings the hierarchical plan within 1% of the bound, ~40 s after;
+# CP-SAT's own bound moved 0.06% above the LP value in 600 s. It ends early when it proves the
+# optimum (the U-Net graph at 70%: 15 s). Before it, Checkmate's LP rounding had this place; since
+# the hierarchical warm start, its plan never won on the bundled graphs (docs/strategies.md).
+HIGHS_SHARE = 0.9
+# Before HiGHS, CP-SAT searches for this share of the time left, at most QUICK_SECONDS: enough to
+# prove the optimum of a small model (tens of nodes), so that HiGHS's child process (~1 s to start)
+# runs only where it can help.
+QUICK_SHARE = 0.02
+QUICK_SECONDS = 1.0
 BASELINE_SHARE = 0.25
 PROVIDER_SHARE = 0.1
 FORMULATIONS = ("checkmate", "moccasin")
@@ -64,8 +72,8 @@ DEFAULT_FORMULATION = "checkmate"
 
 
 def background_workers(workers: int) -> int:
-    """CP-SAT workers while the LP runs: the cores the single-threaded LP leaves free (at least 1),
-    so that the LP is not slowed down by more search threads than cores."""
+    """CP-SAT workers while HiGHS runs: the cores its single thread leaves free (at least 1), so
+    that it is not slowed down by more search threads than cores."""
     return max(1, min(workers, (os.cpu_count() or 1) - 1))
 
 
@@ -115,8 +123,8 @@ def solve(
     formulation: str = DEFAULT_FORMULATION,
 ) -> Schedule:
     """The cheapest frontier-advancing schedule within ``budget`` bytes, or the best found in
-    ``time_limit`` seconds for the whole solve (warm starts, model building, CP-SAT, LP rounding,
-    CP-SAT again; within the margin of :mod:`remat.solver.deadline`), with its proven lower bound
+    ``time_limit`` seconds for the whole solve (warm starts, model building, Moccasin beside HiGHS,
+    CP-SAT; within the margin of :mod:`remat.solver.deadline`), with its proven lower bound
     and gap. ``warm_starts`` replaces :data:`WARM_STARTS` (the baselines always run);
     ``formulation`` is one of :data:`FORMULATIONS` (``moccasin``: :mod:`remat.solver.graph.moccasin`,
     CP-SAT alone from the best warm start, no LP)."""
@@ -140,21 +148,28 @@ def solve(
     if formulation == "moccasin":
         return _solve_intervals(profile, budget, deadline, workers, warm, phases)
     run = _Run(profile, budget, deadline, workers, phases)
-    rounded = None
+    searched = None
     # Moccasin's small model searches from the warm start on the cores left free while this
-    # thread builds Checkmate's model and runs its LP rounding (HiGHS, one core; its own share):
-    # often a much better hint than the baselines, and its value a second proven bound.
+    # thread builds Checkmate's model and HiGHS's branch and cut runs on it in a child process
+    # (one core; its own share): the best proven bound, and on small graphs the proven optimum.
     with _beside(lambda: run.intervals(warm, background_workers(workers)), run.stop_intervals):
         run.build()
-        if run.model is not None:
-            rounded = round_relaxation(profile, budget, deadline.share(LP_SHARE))
-    if rounded is not None:
-        phases["lp_rounding"] = round(rounded.seconds, 3)
-        lp = ("lp-rounding", rounded.plan) if rounded.plan is not None else None
-        warm = _cheapest(profile, [warm, lp])
-        # then CP-SAT on Checkmate's model, every worker, the rest of the time, from the best plan
-        run.search(_cheapest(profile, [warm, run.best]), workers, "cp_sat")
-    return _answer(profile, budget, time_limit, deadline, warm, run, rounded)
+        # a short CP-SAT try first: it proves small models optimal in far less than HiGHS's start-up
+        run.search(warm, workers, "cp_sat_quick", deadline.share(QUICK_SHARE, at_most=QUICK_SECONDS))
+        if run.model is not None and run.status != "optimal":
+            start = _cheapest(profile, [warm, run.best])
+            # killed, if it overruns, only at the solve's own deadline (CP-SAT then gets less time)
+            share = deadline.share(HIGHS_SHARE)
+            searched = branch_and_cut(run.model, start[1] if start else None, budget, share, kill_at=deadline)
+    if searched is not None:
+        phases["highs"] = round(searched.seconds, 3)
+        run.offer("highs", searched.plan)
+        if searched.status == "optimal":
+            run.status, run.ran_out = "optimal", None
+        else:
+            # then CP-SAT on Checkmate's model, every worker, the rest of the time, from the best plan
+            run.search(_cheapest(profile, [warm, run.best]), workers, "cp_sat")
+    return _answer(profile, budget, time_limit, deadline, warm, run, searched)
 
 
 def _solve_intervals(profile, budget, deadline, workers, warm, phases) -> Schedule:
@@ -196,10 +211,10 @@ def _gap(cost: float, lower: float) -> dict:
     return {"lower_bound_ms": lower, "gap": (cost - lower) / cost if cost > 0 else 0.0}
 
 
-def _answer(profile, budget, time_limit, deadline, warm, run, rounded) -> Schedule:
-    """The cheapest of CP-SAT's plan, the warm start and Moccasin's schedule, with the best proven
-    bound on frontier-advancing schedules (Checkmate's CP-SAT bound or the LP value)."""
-    plan, memory, source = (run.best[1], run.memory, "solver") if run.best else (None, None, "")
+def _answer(profile, budget, time_limit, deadline, warm, run, searched) -> Schedule:
+    """The cheapest of the searches' plans (CP-SAT's, HiGHS's), the warm start and Moccasin's
+    schedule, with the best proven bound on frontier-advancing schedules (CP-SAT's or HiGHS's)."""
+    plan, memory, source = (run.best[1], run.memory, run.best[0]) if run.best else (None, None, "")
     if warm is not None and (plan is None or warm[1].cost_ms(profile) < plan.cost_ms(profile)):
         plan, memory, source = warm[1], plan_memory(profile, warm[1]), f"warm start ({warm[0]})"
     side = run.side
@@ -208,15 +223,17 @@ def _answer(profile, budget, time_limit, deadline, warm, run, rounded) -> Schedu
             f"strategy '{NAME}' found no schedule for {format_size(budget)} within {time_limit:g} s and no baseline "
             "fits this budget; try a larger --time-limit or budget"
         )
-    lp_bound = rounded.value if rounded is not None and rounded.status == "optimal" else None
-    lower = max(run.lower, lp_bound or 0.0, profile.store_all_compute_ms)
+    highs_bound = searched.lower_bound_ms if searched is not None else None
+    lower = max(run.lower, highs_bound or 0.0, profile.store_all_compute_ms)
     extra = _timing(deadline, run.phases) | {"status": run.status, "warm_start": warm[0] if warm else None}
     extra["formulation"] = "checkmate"
     extra |= {"variables": run.variables} if run.variables else {}
+    if searched is not None and searched.detail:
+        extra["highs"] = f"{searched.status}: {searched.detail}"
     if side is not None and (plan is None or side.objective_ms < plan.cost_ms(profile)):
         # Moccasin's schedule (any op order) beat every frontier-advancing one found; the bound
         # is still Checkmate's, a bound on every frontier-advancing schedule.
-        extra |= {"source": "moccasin search beside the LP"} | _gap(side.objective_ms, lower)
+        extra |= {"source": "moccasin search beside HiGHS"} | _gap(side.objective_ms, lower)
         return make_schedule(profile, budget, NAME, side.ops, side.objective_ms, side.peak_memory, extra=extra)
     extra["source"] = source
     note = _shortfall(run.status, source, run.ran_out, time_limit)
@@ -267,7 +284,7 @@ class _Run:
         self.status = "feasible"
         self.ran_out: str | None = None
         self.variables = 0
-        self.side = None  # Moccasin's result from beside the LP (an IntervalResult with ops)
+        self.side = None  # Moccasin's result from beside HiGHS (an IntervalResult with ops)
         self._intervals = None
         self._stopping = False
 
@@ -281,13 +298,15 @@ class _Run:
         self.phases["cp_sat_build"] = round(self.deadline.elapsed() - started, 3)
         self.variables = self.model.count
 
-    def search(self, warm: tuple[str, StagePlan] | None, workers: int, phase: str) -> None:
-        """Search until the deadline (or :meth:`in_background`'s stop) from ``warm``; raises
+    def search(
+        self, warm: tuple[str, StagePlan] | None, workers: int, phase: str, until: Deadline | None = None
+    ) -> None:
+        """Search until ``until`` (default: the solve's deadline) from ``warm``; raises
         :class:`InfeasibleBudgetError` if CP-SAT proves the budget infeasible."""
         if self.model is None or self.status == "optimal":
             return
         try:
-            result = search(self.model, self.deadline, workers, warm[1] if warm else None)
+            result = search(self.model, until or self.deadline, workers, warm[1] if warm else None)
         except TimeUp as up:
             self.ran_out = up.phase
             return
@@ -299,7 +318,12 @@ class _Run:
         self.status = "optimal" if result.status == "optimal" else self.status
         plan, memory, _ = _solver_plan(self.profile, result)
         if plan is not None and (self.best is None or plan.cost_ms(self.profile) < self.best[1].cost_ms(self.profile)):
-            self.best, self.memory = ("cp-sat", plan), memory
+            self.best, self.memory = ("solver", plan), memory
+
+    def offer(self, name: str, plan: StagePlan | None) -> None:
+        """Keep ``plan`` (checked, within the budget) as the best if it is the cheapest yet."""
+        if plan is not None and (self.best is None or plan.cost_ms(self.profile) < self.best[1].cost_ms(self.profile)):
+            self.best, self.memory = (name, plan), plan_memory(self.profile, plan)
 
     def intervals(self, warm: tuple[str, StagePlan] | None, workers: int) -> None:
         """Moccasin's model from ``warm`` until the deadline or :meth:`stop_intervals`; keeps its
@@ -312,7 +336,7 @@ class _Run:
             result = self._intervals.search(self.deadline, workers)
         except TimeUp:
             return
-        self.phases["moccasin_during_lp"] = round(result.solve_seconds, 3)
+        self.phases["moccasin_during_highs"] = round(result.solve_seconds, 3)
         if result.ops is not None:
             self.side = result
 
