@@ -86,8 +86,9 @@ def _extra_rows(extra: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("result", "optimal (proven)" if proven else f"{extra['status']}, not proven optimal"))
     if "source" in extra:
         source = extra["source"]
-        found = "CP-SAT" if source == "solver" else f"the {source}"
-        start = f", started from {extra['warm_start']}" if extra.get("warm_start") and source == "solver" else ""
+        found = {"solver": "CP-SAT", "highs": "HiGHS's branch and cut"}.get(source, f"the {source}")
+        searched = source in ("solver", "highs")
+        start = f", started from {extra['warm_start']}" if extra.get("warm_start") and searched else ""
         rows.append(("found by", found + start))
     if "rounding" in extra:
         rows.append(("found by", f"rounding the LP relaxation ({extra['rounding']})"))

@@ -158,3 +158,12 @@ def test_the_child_imports_nothing_of_remat():
     names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     names |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     assert names and not any(name.split(".")[0] == "remat" for name in names)
+
+
+def test_the_cli_says_who_found_the_schedule():
+    from remat.cli_text import _extra_rows
+
+    rows = dict(_extra_rows({"source": "highs", "warm_start": "hierarchical"}))
+    assert rows["found by"] == "HiGHS's branch and cut, started from hierarchical"
+    rows = dict(_extra_rows({"source": "warm start (hierarchical)", "warm_start": "hierarchical"}))
+    assert rows["found by"] == "the warm start (hierarchical)"

@@ -52,6 +52,10 @@ from remat.solver.graph.stages import StagePlan, plan_from_ops, plan_ops, plan_p
 
 NAME = "hierarchical"
 SLOTS = 1000
+# The ILP's second warm start counts memory in this many steps: on the ResNet-50 graph at 50% it
+# finds 17046.84 ms where 1000 steps find 17050.70 (0.5 s more), enough for the 60-s ILP's gap
+# to stay under 1% on HiGHS's first round of root cuts alone (docs/benchmarks.md).
+FINE_SLOTS = 3000
 MERGE = 3  # runs of up to this many blocks are also solved as one block (their options join the DP)
 _CACHE = ProfileCache(size=4)
 
@@ -190,13 +194,15 @@ def _refined(
     return assemble(solved.blocks, models), "dp, refined", ops
 
 
-def hierarchical_plan(profile: GraphProfile, budget: int, deadline: Deadline | None = None) -> StagePlan | None:
+def hierarchical_plan(
+    profile: GraphProfile, budget: int, deadline: Deadline | None = None, slots: int = SLOTS
+) -> StagePlan | None:
     """The hierarchical schedule within ``budget`` bytes as a frontier-advancing R/S plan (e.g. an
     ILP warm start), or None: infeasible budget, a graph it cannot cut, ``deadline`` passed
     before the block models were built, or ops not in frontier-advancing form. The plan's peak
     (Checkmate's implied frees, never later than ours) is at most the schedule's."""
     try:
-        schedule = _solve(profile, budget, SLOTS, deadline)
+        schedule = _solve(profile, budget, slots, deadline)
     except (RematError, TimeUp):
         return None
     plan = plan_from_ops(profile, schedule.ops)
@@ -206,6 +212,12 @@ def hierarchical_plan(profile: GraphProfile, budget: int, deadline: Deadline | N
     if plan_peak(profile, plan) > budget:
         raise SolverBug(f"{NAME}: the R/S plan of its schedule peaks above the schedule")
     return plan
+
+
+def hierarchical_fine_plan(profile: GraphProfile, budget: int, deadline: Deadline | None = None) -> StagePlan | None:
+    """:func:`hierarchical_plan` with :data:`FINE_SLOTS` memory steps: a second ILP warm start.
+    The block models are cached from the first call, so only the chain DP runs again."""
+    return hierarchical_plan(profile, budget, deadline, FINE_SLOTS)
 
 
 STRATEGY = Strategy(

@@ -44,7 +44,7 @@ from remat.solver.common import SolverBug, Strategy, make_schedule, require_grap
 from remat.solver.deadline import Deadline, TimeUp, check_time_limit
 from remat.solver.graph.baselines import best_baseline_plan, store_all_plan
 from remat.solver.graph.checkmate_model import BACKEND_CHOICE, DEFAULT_WORKERS, build_model, minimum_peak, search
-from remat.solver.graph.hierarchical import hierarchical_plan
+from remat.solver.graph.hierarchical import hierarchical_fine_plan, hierarchical_plan
 from remat.solver.graph.highs_search import branch_and_cut
 from remat.solver.graph.moccasin import DEFAULT_COPIES, build_intervals, solve_intervals
 from remat.solver.graph.stages import StagePlan, memory_lower_bound, plan_memory, plan_ops, plan_peak
@@ -111,7 +111,10 @@ WarmStart = Callable[[GraphProfile, int, Deadline], "StagePlan | None"]
 # Extra warm starts tried after the baselines, each given PROVIDER_SHARE of the time left; the
 # cheapest plan within the budget is CP-SAT's first hint. The hierarchical solver's plan is often
 # far better than the baselines' on large graphs (DenseNet-121, ViT: docs/strategies.md).
-WARM_STARTS: tuple[tuple[str, WarmStart], ...] = (("hierarchical", hierarchical_plan),)
+WARM_STARTS: tuple[tuple[str, WarmStart], ...] = (
+    ("hierarchical", hierarchical_plan),
+    ("hierarchical, fine slots", hierarchical_fine_plan),
+)
 
 
 def solve(
