@@ -136,6 +136,20 @@ def test_a_child_past_its_deadline_is_killed_in_time(tmp_path, monkeypatch):
     assert time.perf_counter() - started <= 3 + GRACE_SECONDS + 1.0
 
 
+def test_a_killed_child_still_gives_the_last_bound_it_wrote(tmp_path, monkeypatch):
+    body = (
+        "import os\nimport numpy as np\n"
+        "np.savez(sys.argv[2] + '.part.npz', status='running', bound=123.0, x=np.zeros(0, np.int64))\n"
+        "os.replace(sys.argv[2] + '.part.npz', sys.argv[2])\ntime.sleep(60)"
+    )
+    _fake_child(tmp_path, monkeypatch, body)
+    profile, budget = _chain_graph(12, seed=4)
+    model = build_model(profile, budget, Deadline(30))
+    found = branch_and_cut(model, None, budget, Deadline(3))
+    assert found.status == "killed" and found.plan is None
+    assert found.lower_bound_ms == pytest.approx(profile.store_all_compute_ms + 123 / model.scale)
+
+
 def test_the_ilp_takes_highs_optimum_when_it_proves_one(monkeypatch):
     """With CP-SAT's quick try out of the way, HiGHS proves this graph's optimum (CP-SAT alone does
     not in 30 s): the answer says optimal, and it is within CP-SAT's own best and bound."""

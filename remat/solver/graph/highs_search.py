@@ -36,15 +36,20 @@ from remat.solver.deadline import Deadline, TimeUp
 from remat.solver.graph.stages import StagePlan, plan_peak
 
 CHILD = Path(__file__).with_name("highs_child.py")
-# HiGHS is told to stop this long before its deadline (to write its answer). It checks its clock
-# only now and then (it overran by ~2 s of 12 on a loaded machine), so the child is killed only at
-# ``kill_at`` (default: GRACE_SECONDS after the deadline); killed, it gives nothing, not even its bound.
+# HiGHS is told to stop this long before its deadline (to write its answer). Its callbacks stop it
+# at that time (its own clock checks can be 28 s apart), and the child is killed only at ``kill_at``
+# (default: GRACE_SECONDS after the deadline); killed, it gives the last bound it wrote.
 HEADROOM_SECONDS = 0.5
 GRACE_SECONDS = 1.0
 # With less than this left after the headroom, HiGHS is not started (its start-up alone is ~1 s).
 MINIMUM_SECONDS = 1.0
 # HiGHS's model status, as its modelStatusToString writes it.
-_STATUS = {"Optimal": "optimal", "Time limit reached": "time limit", "Infeasible": "infeasible"}
+_STATUS = {
+    "Optimal": "optimal",
+    "Time limit reached": "time limit",
+    "Interrupted by user": "time limit",  # its callbacks stop it at the deadline (highs_child.py)
+    "Infeasible": "infeasible",
+}
 
 
 @dataclass(frozen=True)
@@ -53,7 +58,7 @@ class BranchAndCut:
 
     Attributes:
         status: "optimal" (proven), "time limit", "infeasible", "failed", "killed" (past its
-            deadline and the grace) or "not run".
+            deadline and the grace; its bound is the last it wrote) or "not run".
         lower_bound_ms: proven lower bound on a frontier-advancing schedule's time (ms), or None.
         plan: HiGHS's best plan, checked and within the budget, or None.
         seconds: wall time from starting the child to its answer (seconds).
@@ -95,13 +100,12 @@ def branch_and_cut(
         except subprocess.TimeoutExpired:
             child.kill()
             child.communicate()
-            return BranchAndCut("killed", None, None, time.perf_counter() - began, "it ran past its time")
+            lower = _bound_ms(model, _read(result_path)[1]) if result_path.exists() else None
+            return BranchAndCut("killed", lower, None, time.perf_counter() - began, "it ran past its time")
         if child.returncode != 0 or not result_path.exists():
             lines = errors.decode(errors="replace").strip().splitlines() or [f"exit status {child.returncode}"]
             return BranchAndCut("failed", None, None, time.perf_counter() - began, lines[-1])
-        with np.load(result_path) as answer:
-            said = str(answer["status"])
-            bound, x = float(answer["bound"]), answer["x"]
+        said, bound, x = _read(result_path)
     seconds = time.perf_counter() - began
     status = _STATUS.get(said, "failed")
     lower = _bound_ms(model, bound)
@@ -114,6 +118,12 @@ def branch_and_cut(
     elif lower is None and status != "infeasible":
         detail = "no bound yet (its root LP was not solved in time)"
     return BranchAndCut(status, lower, plan, seconds, detail)
+
+
+def _read(path: Path) -> tuple[str, float, np.ndarray]:
+    """The child's answer: HiGHS's status, its bound (objective units, NaN if none) and x."""
+    with np.load(path) as answer:
+        return str(answer["status"]), float(answer["bound"]), answer["x"]
 
 
 def _bound_ms(model: Any, bound: float) -> float | None:
