@@ -136,6 +136,15 @@ def test_a_child_past_its_deadline_is_killed_in_time(tmp_path, monkeypatch):
     assert time.perf_counter() - started <= 3 + GRACE_SECONDS + 1.0
 
 
+def test_a_child_with_no_bound_is_given_up_early(tmp_path, monkeypatch):
+    _fake_child(tmp_path, monkeypatch, "time.sleep(60)")
+    profile, budget = _chain_graph(12, seed=4)
+    started = time.perf_counter()
+    found = branch_and_cut(build_model(profile, budget, Deadline(30)), None, budget, Deadline(20), give_up_after=2)
+    assert (found.status, found.lower_bound_ms) == ("gave up", None)
+    assert "no bound after 2 s" in found.detail and time.perf_counter() - started < 10
+
+
 def test_a_killed_child_still_gives_the_last_bound_it_wrote(tmp_path, monkeypatch):
     body = (
         "import os\nimport numpy as np\n"

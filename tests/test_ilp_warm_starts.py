@@ -118,7 +118,7 @@ def test_moccasin_beside_highs_wins_when_faster(monkeypatch):
     profile, budget = _chain_graph()
     baseline = best_baseline_plan(profile, budget)
 
-    def slow_highs(model, start, bytes_, deadline, kill_at=None):
+    def slow_highs(model, start, bytes_, deadline, *rest):
         time.sleep(min(4.0, deadline.left()))  # Moccasin searches meanwhile
         return BranchAndCut("killed", None, None, 4.0, "it ran past its time")
 
@@ -145,7 +145,7 @@ def test_default_providers_start_from_the_hierarchical_schedule(monkeypatch):
 
     profile, budget = _chain_graph()
 
-    def no_highs(model, start, bytes_, deadline, kill_at=None):
+    def no_highs(model, start, bytes_, deadline, *rest):
         return BranchAndCut("not run", None, None, 0.0, "no time was left for it")
 
     def no_search(*args, **kwargs):

@@ -69,7 +69,7 @@ def test_each_phase_gets_what_is_left_of_one_deadline(monkeypatch):
     seen = {"cp": []}
     monkeypatch.setattr(ilp, "Deadline", lambda limit: Deadline(limit, clock))
 
-    def fake_highs(model, start, budget, deadline, kill_at=None):
+    def fake_highs(model, start, budget, deadline, *rest):
         seen["highs"] = (deadline.start, deadline.end)
         return BranchAndCut("killed", None, None, 0.0, "it ran past its time")
 

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,8 @@ class BranchAndCut:
 
     Attributes:
         status: "optimal" (proven), "time limit", "infeasible", "failed", "killed" (past its
-            deadline and the grace; its bound is the last it wrote) or "not run".
+            deadline and the grace; its bound is the last it wrote), "gave up" (no bound in
+            time) or "not run".
         lower_bound_ms: proven lower bound on a frontier-advancing schedule's time (ms), or None.
         plan: HiGHS's best plan, checked and within the budget, or None.
         seconds: wall time from starting the child to its answer (seconds).
@@ -73,11 +75,17 @@ class BranchAndCut:
 
 
 def branch_and_cut(
-    model: Any, start: StagePlan | None, budget: int, deadline: Deadline, kill_at: Deadline | None = None
+    model: Any,
+    start: StagePlan | None,
+    budget: int,
+    deadline: Deadline,
+    kill_at: Deadline | None = None,
+    give_up_after: float | None = None,
 ) -> BranchAndCut:
     """Run HiGHS on ``model`` (a CP-SAT :class:`~remat.solver.graph.checkmate_model` model) from
     ``start`` until ``deadline``; blocks until the child answers, or kills it at ``kill_at``
-    (default: :data:`GRACE_SECONDS` after ``deadline``)."""
+    (default: :data:`GRACE_SECONDS` after ``deadline``), or after ``give_up_after`` seconds if it
+    has no bound by then (its root LP unsolved: the time is better spent elsewhere)."""
     began = time.perf_counter()
     if deadline.left() <= HEADROOM_SECONDS + MINIMUM_SECONDS:
         return BranchAndCut("not run", None, None, 0.0, "no time was left for it")
@@ -95,13 +103,13 @@ def branch_and_cut(
         wait = kill_at.left() if kill_at is not None else deadline.left() + GRACE_SECONDS
         command = [sys.executable, str(CHILD), str(model_path), str(result_path), repr(end)]
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            _, errors = child.communicate(timeout=wait)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.communicate()
+        # a bound above 0 recomputation steps (store-all's time) says something; before its root
+        # LP, HiGHS's bound is 0
+        errors, why = _wait(child, lambda: result_path.exists() and _read(result_path)[1] > 0, wait, give_up_after)
+        if why is not None:
             lower = _bound_ms(model, _read(result_path)[1]) if result_path.exists() else None
-            return BranchAndCut("killed", lower, None, time.perf_counter() - began, "it ran past its time")
+            status = "killed" if lower is not None or why == "it ran past its time" else "gave up"
+            return BranchAndCut(status, lower, None, time.perf_counter() - began, why)
         if child.returncode != 0 or not result_path.exists():
             lines = errors.decode(errors="replace").strip().splitlines() or [f"exit status {child.returncode}"]
             return BranchAndCut("failed", None, None, time.perf_counter() - began, lines[-1])
@@ -118,6 +126,28 @@ def branch_and_cut(
     elif lower is None and status != "infeasible":
         detail = "no bound yet (its root LP was not solved in time)"
     return BranchAndCut(status, lower, plan, seconds, detail)
+
+
+def _wait(
+    child: subprocess.Popen, has_bound: Callable[[], bool], wait: float, give_up_after: float | None
+) -> tuple[bytes, str | None]:
+    """The child's stderr once it ends, and None; or, having killed it, why: it ran past ``wait``
+    seconds, or it had written no bound (``has_bound``) after ``give_up_after`` seconds."""
+    began = time.perf_counter()
+    try:
+        if give_up_after is not None and give_up_after < wait:
+            try:
+                return child.communicate(timeout=give_up_after)[1], None
+            except subprocess.TimeoutExpired:
+                if not has_bound():
+                    child.kill()
+                    child.communicate()
+                    return b"", f"no bound after {give_up_after:.0f} s (its root LP unsolved)"
+        return child.communicate(timeout=max(0.0, wait - (time.perf_counter() - began)))[1], None
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        return b"", "it ran past its time"
 
 
 def _read(path: Path) -> tuple[str, float, np.ndarray]:
