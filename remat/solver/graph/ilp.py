@@ -15,7 +15,8 @@ Phases, all on one deadline (:mod:`remat.solver.deadline`):
    CP-SAT searches it briefly (:data:`QUICK_SECONDS`; small models end here, proven optimal), and
    HiGHS's branch and cut runs on that very model, from the best plan so far, in a child
    process on one core (:mod:`remat.solver.graph.highs_search`), for :data:`HIGHS_SHARE` of the
-   time left or until it proves the optimum;
+   time left or until it proves the optimum (stopped at :data:`HIGHS_GIVE_UP` of that if it has
+   no bound yet);
 3. then that search is stopped and CP-SAT searches Checkmate's model, with every worker and the
    rest of the time, from the best plan (the warm start or HiGHS's).
 
