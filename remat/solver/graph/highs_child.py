@@ -152,12 +152,11 @@ def solve(model: dict, end: float, progress=lambda answer: None) -> dict:
 
 def main(argv: list[str]) -> int:
     model_path, result_path, end = argv[1], argv[2], float(argv[3])
-    started = time.perf_counter()
     model = read_model(model_path)
 
     def write(answer: dict) -> None:
         aside = result_path + ".part.npz"
-        np.savez(aside, **answer, read_seconds=time.perf_counter() - started)
+        np.savez(aside, **answer)
         os.replace(aside, result_path)
 
     write(solve(model, end, write))

@@ -105,11 +105,10 @@ def branch_and_cut(
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         # a bound above 0 recomputation steps (store-all's time) says something; before its root
         # LP, HiGHS's bound is 0
-        errors, why = _wait(child, lambda: result_path.exists() and _read(result_path)[1] > 0, wait, give_up_after)
-        if why is not None:
+        errors, stopped = _wait(child, lambda: result_path.exists() and _read(result_path)[1] > 0, wait, give_up_after)
+        if stopped is not None:
             lower = _bound_ms(model, _read(result_path)[1]) if result_path.exists() else None
-            status = "killed" if lower is not None or why == "it ran past its time" else "gave up"
-            return BranchAndCut(status, lower, None, time.perf_counter() - began, why)
+            return BranchAndCut(stopped[0], lower, None, time.perf_counter() - began, stopped[1])
         if child.returncode != 0 or not result_path.exists():
             lines = errors.decode(errors="replace").strip().splitlines() or [f"exit status {child.returncode}"]
             return BranchAndCut("failed", None, None, time.perf_counter() - began, lines[-1])
@@ -130,9 +129,9 @@ def branch_and_cut(
 
 def _wait(
     child: subprocess.Popen, has_bound: Callable[[], bool], wait: float, give_up_after: float | None
-) -> tuple[bytes, str | None]:
-    """The child's stderr once it ends, and None; or, having killed it, why: it ran past ``wait``
-    seconds, or it had written no bound (``has_bound``) after ``give_up_after`` seconds."""
+) -> tuple[bytes, tuple[str, str] | None]:
+    """The child's stderr once it ends, and None; or, having killed it, (status, why): "killed"
+    past ``wait`` seconds, or "gave up" with no bound (``has_bound``) after ``give_up_after``."""
     began = time.perf_counter()
     try:
         if give_up_after is not None and give_up_after < wait:
@@ -142,12 +141,12 @@ def _wait(
                 if not has_bound():
                     child.kill()
                     child.communicate()
-                    return b"", f"no bound after {give_up_after:.0f} s (its root LP unsolved)"
+                    return b"", ("gave up", f"no bound after {give_up_after:.0f} s (its root LP unsolved)")
         return child.communicate(timeout=max(0.0, wait - (time.perf_counter() - began)))[1], None
     except subprocess.TimeoutExpired:
         child.kill()
         child.communicate()
-        return b"", "it ran past its time"
+        return b"", ("killed", "it ran past its time")
 
 
 def _read(path: Path) -> tuple[str, float, np.ndarray]:
