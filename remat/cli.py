@@ -309,6 +309,8 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
     if args.graph and args.options:
         raise RematError("--options: measures a chain's stage options; it does not apply with --graph")
+    if args.graph and args.compile:
+        raise RematError("--compile: compiles a chain's stages; it does not apply with --graph")
 
     device = resolve_device(args.device)
     model, x = build(args.model, parse_shape(args.input_shape), device, parse_dtype(args.dtype), **model_options(args))
@@ -343,9 +345,8 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     from remat.executor.profiler import profile_chain
     from remat.schedules import save_profile
 
-    profile = profile_chain(
-        chain_for(model, x), x, name=name, repeats=args.repeats, progress=True, options=args.options
-    )
+    chain = _compiled_if(args.compile, chain_for(model, x), x, args.options)
+    profile = profile_chain(chain, x, name=name, repeats=args.repeats, progress=True, options=args.options)
     save_profile(profile, args.output)
     width = max(len(s.name) for s in profile.stages)
     header = ("fwd ms", "bwd ms", "output", "saved", "fwd tmp", "bwd tmp")
@@ -380,14 +381,39 @@ def _cmd_execute(args: argparse.Namespace) -> int:
         profile = load_profile(args.profile)
         if not isinstance(profile, ChainProfile):
             raise RematError("--profile: 'remat execute' needs a chain profile")
-        wrapped = RematChain(chain, schedule, profile)
+        _check_compile_flag(profile, args.compile)
+        options = any(stage.options for stage in profile.stages)
+        wrapped = RematChain(_compiled_if(args.compile, chain, x, options), schedule, profile)
     else:
         wrapped = RematChain(chain, schedule.ops)  # checks the stage count before profiling
+        if args.compile:  # compiled only now: the stage count was checked on the eager chain first
+            wrapped = RematChain(_compiled_if(True, chain, x, False), schedule.ops)
         print("no --profile given: profiling the model for the prediction")
-        profile = profile_chain(chain, x, repeats=5, progress=True)
+        profile = profile_chain(wrapped.chain, x, repeats=5, progress=True)
     report = compare(profile, schedule, wrapped, x, steps=args.steps)
     _note_threads(profile)
     return _print_report(report, args)
+
+
+def _compiled_if(compile_stages: bool, chain, x, options: bool):
+    """``chain`` with every stage compiled and checked against its eager stage (``--compile``;
+    remat.executor.compiled), or ``chain`` itself."""
+    if not compile_stages:
+        return chain
+    from remat.executor.compiled import compile_chain
+
+    print("--compile: compiling every stage with torch.compile and checking it against the eager stage")
+    return compile_chain(chain, x, options=options)
+
+
+def _check_compile_flag(profile, compile_stages: bool) -> None:
+    """A profile measured on compiled stages is replayed on compiled stages, an eager one eagerly:
+    the prediction rests on the kernels that were timed (docs/executor.md, "Compiled stages")."""
+    compiled = profile.metadata.get("compiled")
+    if compiled and not compile_stages:
+        raise RematError(f"--profile: '{profile.name}' was measured with {compiled}: pass --compile to replay it")
+    if compile_stages and not compiled:
+        raise RematError(f"--compile: '{profile.name}' was measured with eager stages; profile with --compile")
 
 
 def _note_threads(profile) -> None:
@@ -423,6 +449,8 @@ def _execute_graph(args: argparse.Namespace, schedule) -> int:
     from remat.executor.loading import build, model_options, parse_dtype, parse_shape, resolve_device
     from remat.schedules import GraphProfile
 
+    if args.compile:
+        raise RematError("--compile: compiles a chain's stages; a graph schedule replays eager ops")
     device = resolve_device(args.device)
     model, x = build(args.model, parse_shape(args.input_shape), device, parse_dtype(args.dtype), **model_options(args))
     if args.profile:
@@ -600,6 +628,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="chain: also measure each stage's selective-recording options (docs/model.md; off by default)",
     )
+    profile_cmd.add_argument(
+        "--compile",
+        action="store_true",
+        help="chain: run every stage through torch.compile (inductor), checked against the eager stage "
+        "(docs/executor.md; off by default)",
+    )
     profile_cmd.add_argument("--name", help="profile name (default: factory-bBATCH-device)")
     profile_cmd.add_argument("-o", "--output", type=output_file, required=True, help="write the profile JSON here")
     profile_cmd.set_defaults(func=_with_threads(_cmd_profile))
@@ -614,6 +648,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(execute_cmd)
     execute_cmd.add_argument("--schedule", required=True, help="chain or graph schedule (JSON)")
     execute_cmd.add_argument("--profile", help="the profile the schedule was solved for (default: profile now)")
+    execute_cmd.add_argument(
+        "--compile",
+        action="store_true",
+        help="chain: replay on compiled stages (torch.compile, checked against the eager stage); "
+        "for a profile written by 'remat profile --compile'",
+    )
     execute_cmd.add_argument("--steps", type=integer_at_least(1), default=3, help="measured steps (default 3)")
     execute_cmd.add_argument("--json", type=output_file, help="write the report JSON here")
     execute_cmd.add_argument(

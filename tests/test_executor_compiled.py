@@ -9,6 +9,7 @@ others use dynamo's ``eager`` backend or a deliberately wrong backend (no compil
 from __future__ import annotations
 
 import functools
+import json
 import shutil
 
 import pytest
@@ -20,7 +21,7 @@ from remat.executor.measure import step_allocator_peak
 from remat.executor.profiler import profile_chain
 from remat.executor.replay import RematChain
 from remat.executor.zoo.gpt2 import GPT2
-from remat.schedules import RematError, simulate
+from remat.schedules import RematError, load_profile, load_schedule, simulate
 from remat.solver import solve
 from remat.solver.chain.optimal import optimal_front
 from remat.solver.chain.store_all import store_all_peak
@@ -202,3 +203,51 @@ def test_inductor_dropout_draws_other_numbers_and_is_refused():
     with pytest.raises(RematError, match="stage '1': compiled .inductor. no-grad forward differs"):
         compile_chain(model.train(), torch.randn(8, 16))
     compile_chain(model.eval(), torch.randn(8, 16))  # no dropout in eval mode: accepted
+
+
+def _cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    from remat.cli import main
+
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+_MLP = ["--model", "remat.executor.zoo.small:mlp", "--input-shape", "16,64", "--device", "cpu"]
+
+
+@needs_inductor
+def test_cli_profiles_and_executes_compiled_stages_and_refuses_a_mixed_pair(tmp_path, capsys):
+    """``remat profile --compile`` writes a compiled profile; ``remat execute --compile`` replays a
+    recomputing schedule on compiled stages with the allocator's peak within 2% of the prediction;
+    the flag and the profile must agree (exit 2, one line, naming the flag)."""
+    torch._dynamo.reset()
+    compiled, eager, schedule = tmp_path / "c.json", tmp_path / "e.json", tmp_path / "s.json"
+    code, out, err = _cli(["profile", *_MLP, "--repeats", "1", "--compile", "-o", str(compiled)], capsys)
+    assert code == 0, err
+    assert "--compile: compiling every stage" in out
+    profile = load_profile(compiled)
+    assert profile.metadata["compiled"] == "torch.compile (inductor)"
+    code, _, err = _cli(
+        ["solve", str(compiled), "--budget", "75%", "--strategy", "optimal", "-o", str(schedule)], capsys
+    )
+    assert code == 0, err
+    assert any(op[0] == "F_n" for op in load_schedule(schedule).ops)  # something is recomputed
+    report = tmp_path / "r.json"
+    run = ["execute", *_MLP, "--schedule", str(schedule), "--steps", "1"]
+    code, out, err = _cli([*run, "--profile", str(compiled), "--compile", "--json", str(report)], capsys)
+    assert code == 0, err
+    peak = json.loads(report.read_text())["peak_memory"]
+    assert abs(peak["measured"] - peak["predicted"]) <= 0.02 * peak["predicted"]
+
+    code, _, err = _cli([*run, "--profile", str(compiled)], capsys)
+    assert code == 2 and "pass --compile to replay it" in err and len(err.strip().splitlines()) == 1
+    code, _, err = _cli(["profile", *_MLP, "--repeats", "1", "-o", str(eager)], capsys)
+    assert code == 0, err
+    code, _, err = _cli([*run, "--profile", str(eager), "--compile"], capsys)
+    assert code == 2 and "measured with eager stages; profile with --compile" in err
+
+
+def test_cli_compile_refuses_graphs(tmp_path, capsys):
+    code, _, err = _cli(["profile", *_MLP, "--graph", "--compile", "-o", str(tmp_path / "g.json")], capsys)
+    assert code == 2 and "--compile: compiles a chain's stages" in err
