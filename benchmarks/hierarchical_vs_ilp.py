@@ -2,9 +2,10 @@
 to its proven bound, and solve seconds, on the bundled model graphs.
 
 For each graph (examples/graph_<name>.json) and budget (percent of its store-all peak) it runs
-``hierarchical`` and takes the flat side from benchmarks/results/ilp_speed.json (the best of
-``ilp`` and ``lp-rounding`` at the time limit recorded there, and the largest proven lower bound)
-when that file has the point; with ``--ilp-limit S`` it runs ``ilp`` itself (S seconds per point)
+``hierarchical`` and takes the flat side from benchmarks/results/ilp_speed.json, or from the
+ilp_speed.py outputs named by ``--flat-files`` (the best of ``ilp`` and ``lp-rounding`` over
+them, at the time limits recorded there, and the largest proven lower bound) when they have the
+point; with ``--ilp-limit S`` it runs ``ilp`` itself (S seconds per point)
 for the points the file lacks. Prints a table and writes benchmarks/results/hierarchical_vs_ilp.json
 with the machine it ran on.
 
@@ -13,7 +14,7 @@ with the machine it ran on.
         --out hierarchical_vs_ilp_generated.json
     python benchmarks/hierarchical_vs_ilp.py --flat-from hierarchical_vs_ilp.json
 
-``--flat-from`` keeps the flat side of an earlier run of this script where ilp_speed.json has no
+``--flat-from`` keeps the flat side of an earlier run of this script where those files have no
 row (the file is read before it is written again).
 
 Times are wall-clock seconds on whatever machine runs this (the JSON records its load).
@@ -38,6 +39,7 @@ from remat.solver.graph.baselines import store_all_plan  # noqa: E402
 from remat.solver.graph.stages import plan_peak  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
+FILES = ("ilp_speed.json",)  # ilp_speed.py outputs the flat side is read from (--flat-files)
 
 
 def previous_flat(path: Path, graph: str, percent: float) -> dict | None:
@@ -49,28 +51,35 @@ def previous_flat(path: Path, graph: str, percent: float) -> dict | None:
     return None
 
 
-def recorded_flat(graph: str, percent: float) -> dict | None:
-    """The flat solvers' best cost (ms), best bound (ms) and time limit at this point in
-    ilp_speed.json, or None."""
-    path = RESULTS / "ilp_speed.json"
-    if not path.exists():
-        return None
-    for run in json.loads(path.read_text())["runs"]:
-        if run["graph"] != graph or run["budget_percent"] != percent:
+def recorded_flat(graph: str, percent: float, files: list[str]) -> dict | None:
+    """The flat solvers' best cost (ms), best bound (ms) and time limits at this point over the
+    ilp_speed.py outputs ``files`` (in results/), or None when none has the point."""
+    found, limits, seen = [], set(), []
+    for name in files:
+        path = RESULTS / name
+        if not path.exists():
             continue
-        found = [r for r in run["results"] if r["strategy"] in ("ilp", "lp-rounding") and "compute_ms" in r]
-        if not found:
-            return {"best_ms": None, "bound_ms": None, "source": "ilp_speed.json (no flat schedule)"}
-        best = min(found, key=lambda r: r["compute_ms"])
-        bound = max(r.get("lower_bound_ms") or 0.0 for r in found)
-        limit = max(r.get("time_limit", 60.0) for r in found if r["strategy"] == "ilp") if found else None
-        return {
-            "best_ms": best["compute_ms"],
-            "best_strategy": best["strategy"],
-            "bound_ms": bound,
-            "source": f"ilp_speed.json ({limit:g} s ILP)",
-        }
-    return None
+        for run in json.loads(path.read_text())["runs"]:
+            if run["graph"] != graph or run["budget_percent"] != percent:
+                continue
+            seen.append(name)
+            rows = [r for r in run["results"] if r["strategy"] in ("ilp", "lp-rounding") and "compute_ms" in r]
+            found += rows
+            limits |= {r.get("time_limit", 60.0) for r in rows if r["strategy"] == "ilp"}
+    if not seen:
+        return None
+    where = ", ".join(sorted(set(seen)))
+    if not found:
+        return {"best_ms": None, "bound_ms": None, "source": f"{where} (no flat schedule)"}
+    best = min(found, key=lambda r: r["compute_ms"])
+    bound = max(r.get("lower_bound_ms") or 0.0 for r in found)
+    seconds = "/".join(f"{limit:g}" for limit in sorted(limits))
+    return {
+        "best_ms": best["compute_ms"],
+        "best_strategy": best["strategy"],
+        "bound_ms": bound,
+        "source": f"{where} ({seconds} s ILP)",
+    }
 
 
 def live_flat(profile, budget: int, limit: float) -> dict:
@@ -86,7 +95,9 @@ def live_flat(profile, budget: int, limit: float) -> dict:
     }
 
 
-def point(graph: str, percent: float, ilp_limit: float | None, previous: Path | None = None) -> dict:
+def point(
+    graph: str, percent: float, ilp_limit: float | None, previous: Path | None = None, files: tuple[str, ...] = FILES
+) -> dict:
     path = Path(graph) if graph.endswith(".json") else ROOT / "examples" / f"graph_{graph}.json"
     graph = path.stem.removeprefix("graph_")
     profile = load_profile(path)
@@ -105,7 +116,7 @@ def point(graph: str, percent: float, ilp_limit: float | None, previous: Path | 
     except RematError as error:
         row["error"] = str(error)
     row["seconds"] = round(time.perf_counter() - start, 3)
-    flat = recorded_flat(graph, percent)
+    flat = recorded_flat(graph, percent, list(files))
     if flat is None and previous is not None:
         flat = previous_flat(previous, graph, percent)
     if flat is None and ilp_limit:
@@ -154,7 +165,13 @@ def main() -> None:
     parser.add_argument(
         "--flat-from",
         default=None,
-        help="an earlier output of this script (in results/): its flat side where ilp_speed.json lacks a point",
+        help="an earlier output of this script (in results/): its flat side where the files lack a point",
+    )
+    parser.add_argument(
+        "--flat-files",
+        default=",".join(FILES),
+        help="ilp_speed.py outputs in results/ (comma-separated): the flat side is the best schedule and the "
+        "largest bound over all of them",
     )
     parser.add_argument("--out", default="hierarchical_vs_ilp.json", help="file name in benchmarks/results/")
     args = parser.parse_args()
@@ -166,7 +183,7 @@ def main() -> None:
     print(head + f"  {'vs best':>9}  {'vs bound':>9}")
     for graph in args.graphs.split(","):
         for percent in (float(b) for b in args.budgets.split(",")):
-            row = point(graph, percent, args.ilp_limit, previous)
+            row = point(graph, percent, args.ilp_limit, previous, tuple(args.flat_files.split(",")))
             data["runs"].append(row)
             print(show(row), flush=True)
     print("\n".join(markdown(row) for row in data["runs"]))

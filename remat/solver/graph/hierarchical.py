@@ -1,7 +1,7 @@
 """``hierarchical``: cut the graph into blocks, solve each block, choose among them by a chain DP.
 
-Three steps (issue 12, item 2; Rockmate's structure, Zhao et al. ICML 2023), and a fourth for
-large blocks:
+Three steps (issue 12, item 2; Rockmate's structure, Zhao et al. ICML 2023), a fourth for
+large blocks and a fifth across block boundaries:
 
 1. Cut the graph at the forward graph's articulation points into a chain of blocks
    (:mod:`remat.solver.graph.blocks`: which forward and backward nodes form each block, what its
@@ -14,6 +14,10 @@ large blocks:
    expand its block-level ops back into graph compute/free ops.
 4. Where a chosen option belongs to a block whose kept sets are only sampled, search near it
    for this budget (:mod:`remat.solver.graph.hierarchical_refine`), re-running the DP.
+5. On the schedule's flat R/S plan, a bounded local search keeps recomputed nodes and makes
+   room by dropping a held node around the stages that go over
+   (:mod:`remat.solver.graph.hierarchical_flat`): what the DP cannot do, since it keeps a block's
+   outputs until the backward that reads them.
 
 **What it guarantees.** Every schedule is valid and within the budget (checked by the one
 simulator, which also confirms the claimed peak and time). Among the schedules that (a) run each
@@ -26,8 +30,10 @@ schedules with one-byte slots. The block options are exhaustive over *what to ke
 of at most ``EXHAUSTIVE_NODES + 1`` forward nodes and cover two fixed recomputation policies.
 A larger block's kept sets are a sample; for it, a bounded local search around the options the
 DP chose (:mod:`remat.solver.graph.hierarchical_refine`) adds kept sets for this budget and
-re-runs the DP, so the schedule returned is never slower than the DP's over the sample and may be
-faster. It is not optimal over every schedule: the flat ``ilp`` may be faster (measured in
+re-runs the DP, and the flat search of step 5 moves only to strictly faster plans within the
+budget, so the schedule returned is never slower than the DP's over the sample and may be
+faster (then it no longer respects the block boundaries). It is not optimal over every
+schedule: the flat ``ilp`` may be faster (measured in
 docs/strategies.md). The smallest budget it can meet is computed exactly (in bytes, no
 discretization) by the same recurrence minimising the peak; below it, it refuses with that
 number, and from it up it always returns a schedule. At or above the store-all peak it returns
@@ -47,6 +53,7 @@ from remat.solver.graph.baselines import store_all_plan
 from remat.solver.graph.blocks import Blocks, cut_blocks
 from remat.solver.graph.hierarchical_block import BlockModel, BlockOption, block_model, merged_kept_sets
 from remat.solver.graph.hierarchical_dp import Chain, chain_of, fill, least_peak, read_ops, walk
+from remat.solver.graph.hierarchical_flat import flat_search
 from remat.solver.graph.hierarchical_refine import refine
 from remat.solver.graph.stages import StagePlan, plan_from_ops, plan_ops, plan_peak
 
@@ -164,13 +171,36 @@ def _solve(profile: GraphProfile, budget: int, slots: int, deadline: Deadline | 
     fitting = [(walk(s.chain, ops), source, ops, s) for s, source, ops in candidates]
     fitting = [item for item in fitting if item[0][0] <= budget]
     (peak, ms), source, ops, used = min(fitting, key=lambda item: item[0][1])
+    graph_ops, ms, peak, source = _flat_searched(profile, budget, expand(used, ops), ms, peak, source, deadline)
     extra = {
         "source": source,
         "blocks": count,
         "options": [len(o) for o in used.options],
         "slots": table.levels,
     }
-    return make_schedule(profile, budget, NAME, expand(used, ops), ms, peak, extra)
+    return make_schedule(profile, budget, NAME, graph_ops, ms, peak, extra)
+
+
+def _flat_searched(
+    profile: GraphProfile,
+    budget: int,
+    ops: list[Op],
+    ms: float,
+    peak: int,
+    source: str,
+    deadline: Deadline | None,
+) -> tuple[list[Op], float, int, str]:
+    """The block schedule's ops after :func:`~remat.solver.graph.hierarchical_flat.flat_search` on
+    its R/S plan, with their time (ms), peak (bytes) and source; the ops themselves if it finds
+    nothing faster (or they are not in frontier-advancing form)."""
+    plan = plan_from_ops(profile, ops)
+    if plan is None:
+        return ops, ms, peak, source
+    better = flat_search(profile, budget, plan, deadline)
+    cost = better.cost_ms(profile)
+    if better is plan or cost >= ms:
+        return ops, ms, peak, source
+    return plan_ops(profile, better), cost, plan_peak(profile, better), f"{source}, flat search"
 
 
 def _refined(
