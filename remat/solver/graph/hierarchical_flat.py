@@ -34,10 +34,10 @@ from collections.abc import Iterator
 
 from remat.schedules import GraphProfile
 from remat.solver.deadline import Deadline
-from remat.solver.graph.stages import StagePlan, plan_from_s, plan_memory, plan_peak
+from remat.solver.graph.stages import StagePlan, plan_from_s, plan_peak, stage_peaks
 
 KEEP_AT_MOST = 3  # recomputed nodes of one stage kept together in one move
-MAX_FLAT_WORK = 6_000_000  # evaluated plans x nodes**2 (U-Net: ~1500 plans; DenseNet-121: ~45)
+MAX_FLAT_WORK = 6_000_000  # evaluated plans x nodes**2 (at most ~1500 plans on U-Net, ~45 on DenseNet-121)
 
 Wish = list[set[int]]
 
@@ -62,25 +62,21 @@ class _Search:
         succs = self.profile.successors[i]
         return [t for t in range(i, self.profile.size) if i in plan.R[t] or any(k in plan.R[t] for k in succs)]
 
-    def stage_peaks(self, plan: StagePlan) -> list[int]:
-        """Per stage, its peak bytes (held + computed output + that computation's overhead)."""
-        peaks = [0] * self.profile.size
-        nodes = self.profile.nodes
-        for (t, k), held in plan_memory(self.profile, plan).items():
-            peaks[t] = max(peaks[t], held + nodes[k].overhead)
-        return peaks
-
 
 def _keeps(search: _Search) -> Iterator[tuple[tuple[int, ...], Wish]]:
     """Each keep move on the current plan: the nodes and the wish list (S) that keeps them."""
     plan = search.plan
+    uses: dict[int, list[int]] = {}  # per node, on this plan (a move ends the walk)
     for t in range(search.profile.size):
         again = sorted(plan.R[t] - {t})
+        for i in again:
+            if i not in uses:
+                uses[i] = search.uses(plan, i)
         for count in range(1, min(KEEP_AT_MOST, len(again)) + 1):
             for nodes in itertools.combinations(again, count):
                 wish = [set(s) for s in plan.S]
                 for i in nodes:
-                    before = max(s for s in search.uses(plan, i) if s < t)
+                    before = max(s for s in uses[i] if s < t)
                     for s in range(before + 1, t + 1):
                         wish[s].add(i)
                 yield nodes, wish
@@ -108,7 +104,7 @@ def _drops(search: _Search, plan: StagePlan, over: list[int], need: int) -> Iter
 def _fitted(search: _Search, plan: StagePlan, deadline: Deadline | None) -> StagePlan | None:
     """``plan`` if within the budget, else the fastest plan one drop makes fit that is still
     faster than the current one (None if there is none)."""
-    peaks = search.stage_peaks(plan)
+    peaks = stage_peaks(search.profile, plan)
     over = [t for t, peak in enumerate(peaks) if peak > search.budget]
     if not over:
         return plan

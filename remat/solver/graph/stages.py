@@ -121,11 +121,19 @@ def plan_memory(profile: GraphProfile, plan: StagePlan) -> dict[tuple[int, int],
     return memory
 
 
+def stage_peaks(profile: GraphProfile, plan: StagePlan) -> list[int]:
+    """Per stage t, max over its computations k of (U[t, k] + overhead_k), in bytes."""
+    nodes = profile.nodes
+    peaks = [0] * profile.size
+    for (t, k), held in plan_memory(profile, plan).items():
+        peaks[t] = max(peaks[t], held + nodes[k].overhead)
+    return peaks
+
+
 def plan_peak(profile: GraphProfile, plan: StagePlan) -> int:
     """max (U[t, k] + overhead_k): the peak memory (bytes) of the plan, equal to the simulator's
     peak of :func:`plan_ops` (the transient overhead of k is live only while k is computed)."""
-    nodes = profile.nodes
-    return max(held + nodes[k].overhead for (_, k), held in plan_memory(profile, plan).items())
+    return max(stage_peaks(profile, plan))
 
 
 def pinned(profile: GraphProfile) -> frozenset[int]:
