@@ -74,6 +74,21 @@ def solve_lines(schedule: Schedule, budget_text: str, reference: int) -> list[tu
     return rows + _extra_rows(schedule.extra)
 
 
+_HIERARCHICAL_STEPS = {
+    "dp": "the block DP",
+    "refined": "its search over large blocks' kept sets",
+    "flat search": "the flat search across blocks",
+}
+
+
+def _hierarchical_steps(source: str) -> str:
+    """``hierarchical``'s source ("dp, refined, flat search") in words; other sources as "the X"."""
+    steps = [step.strip() for step in str(source).split(",")]
+    if steps[0] != "dp" or any(step not in _HIERARCHICAL_STEPS for step in steps):
+        return f"the {source}"
+    return ", then ".join(_HIERARCHICAL_STEPS[step] for step in steps)
+
+
 def _extra_rows(extra: dict[str, Any]) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     if "claim" in extra:
@@ -86,7 +101,7 @@ def _extra_rows(extra: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("result", "optimal (proven)" if proven else f"{extra['status']}, not proven optimal"))
     if "source" in extra:
         source = extra["source"]
-        found = {"solver": "CP-SAT", "highs": "HiGHS's branch and cut"}.get(source, f"the {source}")
+        found = {"solver": "CP-SAT", "highs": "HiGHS's branch and cut"}.get(source) or _hierarchical_steps(source)
         searched = source in ("solver", "highs")
         start = f", started from {extra['warm_start']}" if extra.get("warm_start") and searched else ""
         rows.append(("found by", found + start))

@@ -85,3 +85,12 @@ def test_no_work_or_no_time_returns_the_start(monkeypatch):
     assert flat_search(profile, budget, start, Deadline(-1.0)) is start
     monkeypatch.setattr(hierarchical_flat, "MAX_FLAT_WORK", 0)
     assert flat_search(profile, budget, start) is start
+
+
+def test_cli_says_which_steps_found_the_schedule(capsys):
+    from remat.cli import main
+
+    assert main(["solve", str(EXAMPLES / "graph_unet.json"), "--budget", "50%", "--strategy", "hierarchical"]) == 0
+    found = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("found by"))
+    steps = "the block DP, then its search over large blocks' kept sets, then the flat search across blocks"
+    assert found.endswith(steps)
