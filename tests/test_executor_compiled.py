@@ -200,7 +200,7 @@ def test_inductor_dropout_draws_other_numbers_and_is_refused():
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 16), nn.Sequential(nn.Linear(16, 16), nn.Dropout(0.5)), nn.Linear(16, 4))
-    with pytest.raises(RematError, match="stage '1': compiled .inductor. no-grad forward differs"):
+    with pytest.raises(RematError, match="stage .1.: compiled .inductor. no-grad forward differs.*active dropout"):
         compile_chain(model.train(), torch.randn(8, 16))
     compile_chain(model.eval(), torch.randn(8, 16))  # no dropout in eval mode: accepted
 
