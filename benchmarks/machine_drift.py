@@ -61,13 +61,14 @@ def sample(work: Callable[[], None]) -> dict[str, float]:
 
 
 def collect(seconds: float) -> list[tuple[float, dict[str, dict[str, float]]]]:
-    """(seconds since the start, {kernel: {clock: ms}}) for each round until ``seconds`` pass."""
+    """(seconds since the start, {kernel: {clock: ms}}) for each round until ``seconds`` pass (at
+    least one round)."""
     work = kernels()
     for run in work.values():  # warm-up: thread pool, allocator, pages of the inputs
         run()
     start = time.monotonic()
     rounds = []
-    while time.monotonic() - start < seconds:
+    while not rounds or time.monotonic() - start < seconds:
         at = time.monotonic() - start
         rounds.append((at, {name: sample(run) for name, run in work.items()}))
     return rounds

@@ -51,3 +51,8 @@ def test_short_run_writes_every_kernel(tmp_path):
 def test_bad_options_exit_2(tmp_path):
     done = _run("--seconds", "0", "--output", str(tmp_path / "x.json"))
     assert done.returncode == 2 and "must be positive" in done.stderr
+
+
+def test_a_tiny_duration_still_samples_once():
+    rounds = machine_drift.collect(1e-9)
+    assert len(rounds) >= 1 and set(rounds[0][1]) == set(machine_drift.kernels())
