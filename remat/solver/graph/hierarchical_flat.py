@@ -53,6 +53,10 @@ class _Search:
         self.work = 0
         self.unit = profile.size**2
 
+    def spent(self, deadline: Deadline | None) -> bool:
+        """The work cap reached or the deadline passed: the search stops where it is."""
+        return self.work >= MAX_FLAT_WORK or (deadline is not None and deadline.left() <= 0)
+
     def evaluate(self, wish: Wish) -> StagePlan:
         self.work += self.unit
         return plan_from_s(self.profile, wish)
@@ -110,7 +114,7 @@ def _fitted(search: _Search, plan: StagePlan, deadline: Deadline | None) -> Stag
         return plan
     best = None
     for wish in _drops(search, plan, over, max(peaks) - search.budget):
-        if search.work >= MAX_FLAT_WORK or (deadline is not None and deadline.left() <= 0):
+        if search.spent(deadline):
             break
         fitted = search.evaluate(wish)
         cost = fitted.cost_ms(search.profile)
@@ -131,7 +135,7 @@ def flat_search(profile: GraphProfile, budget: int, plan: StagePlan, deadline: D
     while improved:
         improved = False
         for _, wish in _keeps(search):
-            if search.work >= MAX_FLAT_WORK or (deadline is not None and deadline.left() <= 0):
+            if search.spent(deadline):
                 return search.plan
             kept = search.evaluate(wish)
             if kept.cost_ms(profile) >= search.cost:
