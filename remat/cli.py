@@ -369,7 +369,7 @@ def _cmd_execute(args: argparse.Namespace) -> int:
     from remat.executor.loading import build, chain_for, model_options, parse_dtype, parse_shape, resolve_device
     from remat.executor.measure import compare
     from remat.executor.profiler import profile_chain
-    from remat.executor.replay import RematChain
+    from remat.executor.replay import RematChain, check_ops_for_chain
 
     schedule = load_schedule(args.schedule)
     if schedule.kind != "chain":
@@ -382,12 +382,12 @@ def _cmd_execute(args: argparse.Namespace) -> int:
         if not isinstance(profile, ChainProfile):
             raise RematError("--profile: 'remat execute' needs a chain profile")
         _check_compile_flag(profile, args.compile)
+        check_ops_for_chain(schedule.ops, len(chain), profile)  # before compiling: seconds per stage
         options = any(stage.options for stage in profile.stages)
         wrapped = RematChain(_compiled_if(args.compile, chain, x, options), schedule, profile)
     else:
-        wrapped = RematChain(chain, schedule.ops)  # checks the stage count before profiling
-        if args.compile:  # compiled only now: the stage count was checked on the eager chain first
-            wrapped = RematChain(_compiled_if(True, chain, x, False), schedule.ops)
+        check_ops_for_chain(schedule.ops, len(chain))  # before compiling and profiling
+        wrapped = RematChain(_compiled_if(args.compile, chain, x, False), schedule.ops)
         print("no --profile given: profiling the model for the prediction")
         profile = profile_chain(wrapped.chain, x, repeats=5, progress=True)
     report = compare(profile, schedule, wrapped, x, steps=args.steps)

@@ -8,6 +8,7 @@ others use dynamo's ``eager`` backend or a deliberately wrong backend (no compil
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import shutil
@@ -21,7 +22,7 @@ from remat.executor.measure import step_allocator_peak
 from remat.executor.profiler import profile_chain
 from remat.executor.replay import RematChain
 from remat.executor.zoo.gpt2 import GPT2
-from remat.schedules import RematError, load_profile, load_schedule, simulate
+from remat.schedules import RematError, load_profile, load_schedule, save_profile, simulate
 from remat.solver import solve
 from remat.solver.chain.optimal import optimal_front
 from remat.solver.chain.store_all import store_all_peak
@@ -251,3 +252,21 @@ def test_cli_profiles_and_executes_compiled_stages_and_refuses_a_mixed_pair(tmp_
 def test_cli_compile_refuses_graphs(tmp_path, capsys):
     code, _, err = _cli(["profile", *_MLP, "--graph", "--compile", "-o", str(tmp_path / "g.json")], capsys)
     assert code == 2 and "--compile: compiles a chain's stages" in err
+
+
+def test_cli_compile_checks_the_schedule_before_compiling(tmp_path, capsys):
+    """A compiled profile and its schedule for another chain are refused before any stage is
+    compiled (seconds per stage), in one line."""
+    other = load_profile("examples/resnet_like.json")
+    profile, schedule = tmp_path / "p.json", tmp_path / "s.json"
+    save_profile(
+        dataclasses.replace(other, metadata={**other.metadata, "compiled": "torch.compile (inductor)"}), profile
+    )
+    code, _, err = _cli(
+        ["solve", str(profile), "--budget", "60%", "--strategy", "optimal", "-o", str(schedule)], capsys
+    )
+    assert code == 0, err
+    run = ["execute", *_MLP, "--schedule", str(schedule), "--profile", str(profile), "--compile", "--steps", "1"]
+    code, out, err = _cli(run, capsys)
+    assert code == 2 and "stages, but the model has" in err and len(err.strip().splitlines()) == 1
+    assert "compiling every stage" not in out
