@@ -2,7 +2,7 @@
 
 The paper: a 1,000-layer ResNet on ImageNet went from 48 GB to 7 GB of memory for about +30%
 running time; O(sqrt n) memory for one extra forward pass, O(log n) memory for O(n log n) extra
-forward work. Here, for a 1,001-layer pre-activation bottleneck ResNet (remat.executor.zoo.preact_resnet)
+forward work. Here, for a 1,001-layer pre-activation bottleneck ResNet (remat.zoo.preact_resnet)
 at batch 32, 3x224x224, float32:
 
 1. rates: FLOP/ms of every kind of block, measured on this CPU at a small batch (a 4-blocks-a-stage
@@ -36,11 +36,10 @@ sys.path.insert(0, str(ROOT))
 
 import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
 
-from remat.executor.flops import FlopTimeEstimate, KindRate, measure_rates  # noqa: E402
-from remat.executor.measure import measure_steps  # noqa: E402
-from remat.executor.profiler import profile_chain  # noqa: E402
-from remat.executor.replay import RematChain  # noqa: E402
-from remat.executor.zoo.preact_resnet import PreActResNet, blocks_for_depth, preact_resnet  # noqa: E402
+from remat.profile.chain import profile_chain  # noqa: E402
+from remat.profile.flops import FlopTimeEstimate, KindRate, measure_rates  # noqa: E402
+from remat.replay.chain import RematChain  # noqa: E402
+from remat.replay.report import measure_steps  # noqa: E402
 from remat.schedules import ChainProfile, Schedule, load_profile, save_profile, write_json  # noqa: E402
 from remat.solver import solve  # noqa: E402
 from remat.solver.chain.optimal import optimal_front, pareto_filter, plan, table_for  # noqa: E402
@@ -48,6 +47,7 @@ from remat.solver.chain.pareto import chain_checkpoints  # noqa: E402
 from remat.solver.chain.store_all import store_all_peak  # noqa: E402
 from remat.solver.common import make_schedule  # noqa: E402
 from remat.solver.front import FrontPoint  # noqa: E402
+from remat.zoo.preact_resnet import PreActResNet, blocks_for_depth, preact_resnet  # noqa: E402
 
 PROFILE_PATH = ROOT / "examples" / "preact_resnet1001_b32.json"
 RESULTS_PATH = ROOT / "benchmarks" / "results" / "chen2016.json"
@@ -112,7 +112,7 @@ def meta_profile(depth: int, rates: dict, name: str | None = None, measured: dic
     metadata.pop("forward_overheads_nograd", None)  # keeps the example file small; not used by any solver
     metadata.update(
         {
-            "model": f"remat.executor.zoo.preact_resnet:preact_resnet(depth={depth})",
+            "model": f"remat.zoo.preact_resnet:preact_resnet(depth={depth})",
             "depth": depth,
             "blocks_per_stage": list(blocks_for_depth(depth)),
             "image": [3, 224, 224],

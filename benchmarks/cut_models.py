@@ -2,7 +2,7 @@
 
     python benchmarks/cut_models.py [--only gpt2,llama] [--image 64] [--train]
 
-For each model (random weights, batch 2): trace + cut + proof (remat.executor.proof.cut_model),
+For each model (random weights, batch 2): trace + cut + proof (remat.trace.proof.cut_model),
 then the stage names. With ``--train``, also one step through ``remat.checkpoint`` at 50% of the
 store-all budget (or the least budget the DP meets, if more): fp32 gradients ``torch.equal`` to
 the plain step's, and under bf16 autocast the max-abs difference of loss and gradients from
@@ -28,11 +28,11 @@ import torch.utils.checkpoint
 from torch import nn
 
 import remat
-from remat.executor.hub import build_library_model
-from remat.executor.proof import cut_model
+from remat.models.hub import build_library_model
 from remat.schedules import RematError
 from remat.solver.chain.optimal import minimum_budget
 from remat.solver.chain.store_all import store_all_peak
+from remat.trace.proof import cut_model
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cut_models.json"
 SEQ = 128

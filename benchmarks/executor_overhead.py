@@ -1,7 +1,7 @@
 """Step time of remat's optimal schedule vs torch.utils.checkpoint.checkpoint_sequential, at equal memory.
 
 For every segment count s of ``checkpoint_sequential`` we measure its peak activation memory as the
-allocator sees it (remat.executor.allocator.AllocatorMeter: the c10 CPU allocator, or CUDA's
+allocator sees it (remat.measure.allocator.AllocatorMeter: the c10 CPU allocator, or CUDA's
 max_memory_allocated; simulator accounting: input included, parameters and their pre-allocated
 gradients excluded) and its step time. Then remat solves the ``optimal`` schedule with that measured
 peak as its budget, replays it with RematChain, and measures the same two numbers. Times are the
@@ -26,15 +26,15 @@ import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script 
 import torch
 from torch.utils.checkpoint import checkpoint_sequential
 
-from remat.executor.allocator import AllocatorMeter
-from remat.executor.chain import as_chain
-from remat.executor.measure import prepare_grads
-from remat.executor.memory import allocation_size, untracked
-from remat.executor.profiler import profile_chain
-from remat.executor.replay import RematChain
-from remat.executor.zoo import small
+from remat.measure.allocator import AllocatorMeter
+from remat.measure.memory import allocation_size, untracked
+from remat.profile.chain import profile_chain
+from remat.replay.chain import RematChain
+from remat.replay.report import prepare_grads
 from remat.schedules import InfeasibleBudgetError, format_size
 from remat.solver import solve
+from remat.trace.chain import as_chain
+from remat.zoo import small
 
 MODELS = {
     # name: (factory kwargs, input shape) - sized for a few seconds per step configuration on 2 CPU cores

@@ -9,13 +9,13 @@ heads, batch 4 x 256 tokens, dropout 0, random weights, CPU, one thread) with a 
 vocabulary: at GPT-2's 50,257 the logits and their gradient (206 MB each) set every peak and no
 choice inside the blocks moves it (docs/benchmarks.md, "Stage options on a GPT-2"). remat cuts
 its training step (loss included) from the traced forward, proves the cut equal to the model
-(:func:`remat.executor.proof.cut_model`) and profiles it once with ``options=True``; the
+(:func:`remat.trace.proof.cut_model`) and profiles it once with ``options=True``; the
 single-option profile is the same profile with the options dropped. The "remat compiled
 stages" rows do the same on the cut with every stage and option compiled
-(:func:`remat.executor.compiled.compile_chain`, checked against the eager stages first;
+(:func:`remat.runtime.compiled.compile_chain`, checked against the eager stages first;
 ``--no-compiled-stages`` skips them).
 
-Every method is measured alike (:func:`remat.executor.measure.step_allocator_peak`, as
+Every method is measured alike (:func:`remat.replay.report.step_allocator_peak`, as
 benchmarks/real_models.py does): the CPU allocator's peak over forward + loss + backward, plus
 the chain input a_0 (the token ids); parameters and their pre-allocated gradients are outside.
 Peaks are read first, in metered steps of their own; step times then come from ``--rounds``
@@ -53,15 +53,15 @@ import torch._dynamo.utils
 from real_models import hf_checkpointing  # benchmarks/real_models.py: the same HF baseline
 
 from remat.api import RematModel
-from remat.executor.compiled import compile_chain
-from remat.executor.hub import build_library_model
-from remat.executor.measure import prepare_grads, step_allocator_peak
-from remat.executor.profiler import profile_chain
-from remat.executor.proof import cut_model
+from remat.models.hub import build_library_model
+from remat.profile.chain import profile_chain
+from remat.replay.report import prepare_grads, step_allocator_peak
+from remat.runtime.compiled import compile_chain
 from remat.schedules import ChainProfile, InfeasibleBudgetError, format_size, simulate
 from remat.solver import solve
 from remat.solver.chain.optimal import optimal_front
 from remat.solver.chain.store_all import store_all_peak
+from remat.trace.proof import cut_model
 
 RESULTS = Path(__file__).parent / "results" / "gpt2_compare.json"
 CPU = torch.device("cpu")

@@ -1,20 +1,20 @@
 """Predicted vs measured peak activation memory and step time: chain and graph schedules.
 
-Chains: for each model, profile it (remat.executor.profiler), solve the ``optimal`` schedule at
+Chains: for each model, profile it (remat.profile.chain), solve the ``optimal`` schedule at
 100%, 60% and 35% of the store-all peak (or the smallest feasible budget, if lower ones are
 infeasible), replay each with RematChain for a few training steps and measure. The prediction is
-judged against the allocator (remat.executor.allocator.AllocatorMeter; CUDA: max_memory_allocated
+judged against the allocator (remat.measure.allocator.AllocatorMeter; CUDA: max_memory_allocated
 relative to the memory before the step, read around every op; CPU: the c10 allocator's running
 total from torch.profiler memory events); the live-tensor tracker's peak is printed beside it
 ("tensors": what a tensor count sees, without kernel workspaces). ``resnet18`` is torchvision's
 ResNet-18 layout, whose convolutions allocate workspaces inside the kernels.
 
-Graphs: for each model, its forward+backward graph (remat.executor.graph_profile: times
+Graphs: for each model, its forward+backward graph (remat.graph.profile: times
 measured on the device, each node's transient the allocator's peak during one run of it), then
 ``store-all`` at 100% and ``chen-greedy``, ``lp-rounding`` and ``ilp`` (time-limited,
 warm-started) at 85% and 75% of the store-all peak (a strategy that cannot meet a budget is
 reported and skipped), each replayed with GraphReplay and judged against the allocator as the
-chains are (remat.executor.graph_replay.measure_graph: the same AllocatorMeter, read around every
+chains are (remat.replay.graph.measure_graph: the same AllocatorMeter, read around every
 op), the live-tensor peak beside it.
 
 Sized to finish in well under 8 minutes on one H100/H200; ``--device cpu`` uses small sizes.
@@ -41,16 +41,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
 
-from remat.executor.chain import as_chain  # noqa: E402
-from remat.executor.graph_profile import profile_graph  # noqa: E402
-from remat.executor.graph_replay import GraphReplay, compare_graph  # noqa: E402
-from remat.executor.measure import compare  # noqa: E402
-from remat.executor.profiler import profile_chain  # noqa: E402
-from remat.executor.replay import RematChain  # noqa: E402
-from remat.executor.zoo import small  # noqa: E402
-from remat.executor.zoo.resnet18 import resnet18  # noqa: E402
+from remat.graph.profile import profile_graph  # noqa: E402
+from remat.profile.chain import profile_chain  # noqa: E402
+from remat.replay.chain import RematChain  # noqa: E402
+from remat.replay.graph import GraphReplay, compare_graph  # noqa: E402
+from remat.replay.report import compare  # noqa: E402
 from remat.schedules import InfeasibleBudgetError, format_size, simulate  # noqa: E402
 from remat.solver import solve  # noqa: E402
+from remat.trace.chain import as_chain  # noqa: E402
+from remat.zoo import small  # noqa: E402
+from remat.zoo.resnet18 import resnet18  # noqa: E402
 
 SIZES = {
     # model: {size: (factory kwargs, input shape)}

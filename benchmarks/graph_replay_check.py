@@ -1,12 +1,12 @@
 """Graph schedules replayed on real models (CPU): predicted vs measured peak memory and step time.
 
 For a ResNet with skips, a U-Net with long skips and a small transformer (the replay tests'
-models, tests/graph_models.py) and torchvision's ResNet-18 layout (remat.executor.zoo.resnet18,
+models, tests/graph_models.py) and torchvision's ResNet-18 layout (remat.zoo.resnet18,
 whose convolutions allocate oneDNN scratch inside the kernels), graph profiles are built with
 torch.fx (each node's overhead: the allocator's transient during one run of it), every registered
 graph strategy is solved at budgets (percent of the store-all peak), and each schedule is replayed
-with :class:`remat.executor.graph_replay.GraphReplay` and judged against the allocator
-(:func:`remat.executor.graph_replay.measure_graph`: the c10 CPU allocator's running total around
+with :class:`remat.replay.graph.GraphReplay` and judged against the allocator
+(:func:`remat.replay.graph.measure_graph`: the c10 CPU allocator's running total around
 every op; parameters, their pre-allocated gradients and the input are outside it):
 
 * ``peak err``: the allocator's peak (transients and kernel buffers included) vs the simulator's;
@@ -43,11 +43,11 @@ sys.path.insert(0, str(ROOT / "tests"))  # the test models
 import torch  # noqa: E402
 from graph_models import TinyTransformer, small_resnet, small_unet  # noqa: E402
 
-from remat.executor.graph_profile import profile_graph  # noqa: E402
-from remat.executor.graph_replay import GraphReplay, measure_graph  # noqa: E402
-from remat.executor.zoo.resnet18 import resnet18  # noqa: E402
+from remat.graph.profile import profile_graph  # noqa: E402
+from remat.replay.graph import GraphReplay, measure_graph  # noqa: E402
 from remat.schedules import InfeasibleBudgetError, format_size, simulate  # noqa: E402
 from remat.solver.registry import get_strategy, solve, strategy_names  # noqa: E402
+from remat.zoo.resnet18 import resnet18  # noqa: E402
 
 MODELS = {
     "resnet": (small_resnet, lambda: torch.randn(4, 3, 32, 32)),

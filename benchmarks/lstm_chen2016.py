@@ -1,6 +1,6 @@
 """Chen et al. 2016's long-sequence RNN case: an LSTM unrolled over T = 100 .. 10,000 steps.
 
-The chain (remat.executor.zoo.lstm): one stage per time step of a real ``nn.LSTMCell`` (batch 16,
+The chain (remat.zoo.lstm): one stage per time step of a real ``nn.LSTMCell`` (batch 16,
 input 64, hidden 128, fp32, CPU), profiled for real on a few steps and repeated (the stages are
 identical). Then:
 
@@ -12,7 +12,7 @@ identical). Then:
 2. the DP's limit: seconds and peak RSS of optimal_front on T identical stages (one subprocess
    each), until one takes over LIMIT_S;
 3. execution on the real LSTM on the CPU at T = 1,000 and 10,000: measured peak (the executor's
-   remat.executor.measure.compare) vs the simulator's, and gradients torch.equal to the plain
+   remat.replay.report.compare) vs the simulator's, and gradients torch.equal to the plain
    unrolled loop.
 
     python benchmarks/lstm_chen2016.py [--quick]   # --table: the markdown tables and the plot of the last run
@@ -39,12 +39,12 @@ sys.path.insert(0, str(ROOT))
 
 import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
 
-from remat.executor.chain import as_chain  # noqa: E402
-from remat.executor.measure import compare  # noqa: E402
-from remat.executor.replay import RematChain  # noqa: E402
-from remat.executor.zoo.lstm import UnrolledLSTM, repeated_profile, unrolled_loop  # noqa: E402
+from remat.replay.chain import RematChain  # noqa: E402
+from remat.replay.report import compare  # noqa: E402
 from remat.schedules import ChainProfile, InfeasibleBudgetError, write_json  # noqa: E402
 from remat.solver import solve  # noqa: E402
+from remat.trace.chain import as_chain  # noqa: E402
+from remat.zoo.lstm import UnrolledLSTM, repeated_profile, unrolled_loop  # noqa: E402
 
 BATCH, INPUT, HIDDEN = 16, 64, 128
 TS = (100, 200, 500, 1000, 2000, 5000, 10000)

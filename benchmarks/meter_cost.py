@@ -1,8 +1,8 @@
 """What metering a training step costs: plain step vs the allocator meter vs the live-tensor tracker.
 
-remat measures memory with remat.executor.allocator.AllocatorMeter (CPU: torch.profiler memory
+remat measures memory with remat.measure.allocator.AllocatorMeter (CPU: torch.profiler memory
 events from the c10 allocator; CUDA: max_memory_allocated) and explains it with the live-tensor
-tracker (remat.executor.memory.StorageTracker, a TorchDispatchMode). Neither is on the timed path
+tracker (remat.measure.memory.StorageTracker, a TorchDispatchMode). Neither is on the timed path
 (measured steps and timed steps are separate runs), but profiling and ``remat execute`` pay for
 them. Per model: the fastest of ``--steps`` interleaved runs of a plain training step, of the same
 step inside each meter, and of an empty metered block; plus both meters' peaks.
@@ -27,11 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
 
-from remat.executor.allocator import AllocatorMeter, tensor_meter  # noqa: E402
-from remat.executor.measure import prepare_grads  # noqa: E402
-from remat.executor.zoo import small  # noqa: E402
-from remat.executor.zoo.resnet18 import resnet18  # noqa: E402
+from remat.measure.allocator import AllocatorMeter, tensor_meter  # noqa: E402
+from remat.replay.report import prepare_grads  # noqa: E402
 from remat.schedules import format_size  # noqa: E402
+from remat.zoo import small  # noqa: E402
+from remat.zoo.resnet18 import resnet18  # noqa: E402
 
 MODELS = {
     # name: (factory, input shape)

@@ -1,11 +1,11 @@
 """The multi-option chain DP's front against the single-option DP's, on a GPT-2 from a config.
 
-The model is remat.executor.zoo.gpt2's GPT2 (GPT-2's block, written out) at the issue's size by
+The model is remat.zoo.gpt2's GPT2 (GPT-2's block, written out) at the issue's size by
 default: 8 layers, n_embd 256, 4 heads, batch 4 x 256 tokens, dropout 0, one CPU thread, but with
 a 2,048-token vocabulary: at GPT-2's 50,257 the chain's output (the logits, 206 MB, and their
 gradient as large) sets every peak and no block-level choice moves it (measured: least memory
 446 MB with or without options, store-all 606 MB). It is
-profiled once with ``options=True`` (remat.executor.options_profile: every block gets its
+profiled once with ``options=True`` (remat.profile.options: every block gets its
 selective-recording options, measured by the allocator); the single-option profile is the same
 profile with the options dropped, so both DPs see identical numbers for option 0.
 
@@ -32,14 +32,14 @@ from pathlib import Path
 import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
 import torch
 
-from remat.executor.measure import compare
-from remat.executor.profiler import profile_chain
-from remat.executor.replay import RematChain
-from remat.executor.zoo.gpt2 import GPT2
+from remat.profile.chain import profile_chain
+from remat.replay.chain import RematChain
+from remat.replay.report import compare
 from remat.schedules import InfeasibleBudgetError, format_size
 from remat.solver import solve
 from remat.solver.chain.optimal import optimal_front
 from remat.solver.chain.store_all import store_all_peak
+from remat.zoo.gpt2 import GPT2
 
 RESULTS = Path(__file__).parent / "results" / "options_front.json"
 

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
 
-from remat.executor.batch_profiles import chain_profiler  # noqa: E402
+from remat.profile.batch import chain_profiler  # noqa: E402
 from remat.schedules import write_json  # noqa: E402
 from remat.solver.chain.plan import (  # noqa: E402
     PLAN_STRATEGIES,
@@ -40,11 +40,11 @@ from remat.solver.chain.plan import (  # noqa: E402
 GIB = 2**30
 MODELS = {
     "GPT-2-small-like (12 x 768, seq 1024, vocab 50257)": (
-        "remat.executor.zoo.gpt2:gpt2_small",
+        "remat.zoo.gpt2:gpt2_small",
         (2, 1024, 768),
         [2, 4, 6],
     ),
-    "ResNet-50-like (224 x 224)": ("remat.executor.zoo.vision:resnet50", (8, 3, 224, 224), [8, 16, 24]),
+    "ResNet-50-like (224 x 224)": ("remat.zoo.vision:resnet50", (8, 3, 224, 224), [8, 16, 24]),
 }
 DEVICES = {"80 GiB": 80 * GIB, "24 GiB": 24 * GIB}
 OVERHEADS = (0.0, 0.1, 0.3)

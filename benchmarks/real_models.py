@@ -9,9 +9,9 @@ difference to plain autocast, for remat and for per-block ``torch.utils.checkpoi
 the memory that HF's ``gradient_checkpointing_enable()`` (Hugging Face models) or per-block
 ``torch.utils.checkpoint`` (vision models) measured, remat's peak and step time next to it.
 
-Every peak is the CPU allocator's (:class:`remat.executor.allocator.AllocatorMeter`), in the
+Every peak is the CPU allocator's (:class:`remat.measure.allocator.AllocatorMeter`), in the
 simulator's accounting (docs/model.md): bytes allocated during the step plus the chain input a_0;
-parameters and their gradients (pre-allocated, :func:`remat.executor.measure.prepare_grads`) are
+parameters and their gradients (pre-allocated, :func:`remat.replay.report.prepare_grads`) are
 outside it, for remat and for the baselines alike. Step times are medians of unmetered steps on
 one thread (noisy on a shared machine). A full run writes benchmarks/results/real_models.json
 (with the machine) and the table into docs/models.md between its marker comments; ``--only`` and
@@ -38,8 +38,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
 import remat
-from remat.executor.hub import build_library_model
-from remat.executor.measure import prepare_grads, step_allocator_peak
+from remat.models.hub import build_library_model
+from remat.replay.report import prepare_grads, step_allocator_peak
 from remat.schedules import RematError
 from remat.solver.chain.optimal import minimum_budget
 from remat.solver.chain.store_all import store_all_peak
@@ -121,7 +121,7 @@ class Case:
 def step_peak(case: Case, step: Callable[[], torch.Tensor], a0_bytes: int, steps: int = 2) -> int:
     """The allocator's peak over ``steps`` steps after one warmup (bytes): allocations during
     ``step().backward()`` plus the chain input a_0; parameter gradients pre-allocated outside
-    (:func:`remat.executor.measure.step_allocator_peak`, the accounting of ``remat execute``)."""
+    (:func:`remat.replay.report.step_allocator_peak`, the accounting of ``remat execute``)."""
     case.reset()
     return step_allocator_peak(case.model, step, torch.device("cpu"), steps=steps) + a0_bytes
 

@@ -4,7 +4,7 @@
 
 For each model of benchmarks/cut_models.py (built from configs, random weights, batch 2, CPU fp32,
 the loss inside the step): the plain step (model forward + loss + backward, no remat) measured by
-the allocator (:class:`remat.executor.allocator.AllocatorMeter`), then ``remat.checkpoint`` at
+the allocator (:class:`remat.measure.allocator.AllocatorMeter`), then ``remat.checkpoint`` at
 store-all, at 50% of the store-all peak (or, when the DP cannot meet that, halfway between its
 least memory and store-all) and at the DP's minimum budget, each replayed and measured
 by the same meter (``RematModel.report()``). Both sides use the accounting of docs/model.md:
@@ -28,8 +28,8 @@ import torch
 from torch import nn
 
 import remat
-from remat.executor.hub import build_library_model
-from remat.executor.measure import plain_step_peak
+from remat.models.hub import build_library_model
+from remat.replay.report import plain_step_peak
 from remat.schedules import RematError
 from remat.solver.chain.optimal import minimum_budget
 
@@ -45,7 +45,7 @@ def _call(model: nn.Module, inputs: object, image_model: bool, target: torch.Ten
 
 
 def plain_peak(model: nn.Module, inputs: object, image_model: bool, target, steps: int) -> int:
-    """The plain step's allocator peak + a[0] (bytes): :func:`remat.executor.measure.plain_step_peak`."""
+    """The plain step's allocator peak + a[0] (bytes): :func:`remat.replay.report.plain_step_peak`."""
     first = inputs if isinstance(inputs, torch.Tensor) else next(iter(inputs.values()))
     return plain_step_peak(model, lambda: _call(model, inputs, image_model, target), first, steps=steps)
 

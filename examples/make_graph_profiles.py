@@ -24,10 +24,10 @@ from torch.nn import functional as F
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT.parent))
 
-from remat.executor.compat import import_torchvision  # noqa: E402
-from remat.executor.graph_profile import profile_graph  # noqa: E402
-from remat.executor.zoo import gpt2, vision  # noqa: E402
+from remat.graph.profile import profile_graph  # noqa: E402
+from remat.models.compat import import_torchvision  # noqa: E402
 from remat.schedules import save_profile, simulate  # noqa: E402
+from remat.zoo import gpt2, vision  # noqa: E402
 
 GPT2_CONTEXT = 1024
 

@@ -1,8 +1,8 @@
 """One call for the common case: ``remat.checkpoint(model, example_inputs, budget=...)`` (docs/models.md).
 
 It cuts the model's training step into a chain from its traced forward and proves the cut equal
-to the model (:func:`remat.executor.proof.cut_model`), profiles the chain
-(:func:`remat.executor.profiler.profile_chain`), solves a schedule under the budget (the optimal
+to the model (:func:`remat.trace.proof.cut_model`), profiles the chain
+(:func:`remat.profile.chain.profile_chain`), solves a schedule under the budget (the optimal
 chain DP by default), and returns an ``nn.Module`` that trains by replaying it.
 """
 
@@ -53,7 +53,7 @@ class RematModel(nn.Module):
 
     def __init__(self, chain: Any, schedule: Schedule, profile: ChainProfile, example: tuple) -> None:
         super().__init__()
-        from remat.executor.replay import RematChain
+        from remat.replay.chain import RematChain
 
         self.chain = chain
         self.replay = RematChain(chain, schedule, profile)
@@ -75,8 +75,8 @@ class RematModel(nn.Module):
 
     def report(self, steps: int = 3, warmup: int = 1) -> Any:
         """Predicted vs measured peak memory (bytes) and step time (ms) on the example input
-        (:func:`remat.executor.measure.compare`); print it with ``.table()``."""
-        from remat.executor.measure import compare
+        (:func:`remat.replay.report.compare`); print it with ``.table()``."""
+        from remat.replay.report import compare
 
         args, kwargs, target = self._example
         x = self.chain.bind(*args, target=target, **kwargs)
@@ -121,12 +121,12 @@ def checkpoint(
         strategy: a chain strategy of ``remat solve`` (``optimal``, ``revolve``, ``chen-sqrt``, ...).
         compile: run every stage through ``torch.compile`` (inductor), checked against the eager
             stage within a tolerance, for profiling and replay alike
-            (:func:`remat.executor.compiled.compile_chain`; docs/executor.md, "Compiled stages").
+            (:func:`remat.runtime.compiled.compile_chain`; docs/executor.md, "Compiled stages").
     """
-    from remat.executor.profiler import profile_chain
-    from remat.executor.proof import cut_model
+    from remat.profile.chain import profile_chain
     from remat.solver.chain.store_all import store_all_peak
     from remat.solver.registry import solve
+    from remat.trace.proof import cut_model
 
     if not isinstance(model, nn.Module):
         raise RematError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
@@ -134,7 +134,7 @@ def checkpoint(
     chain = cut_model(model, args, kwargs, loss=loss, target=target)
     x = chain.bind(*args, target=target, **kwargs)
     if compile:
-        from remat.executor.compiled import compile_chain
+        from remat.runtime.compiled import compile_chain
 
         chain = compile_chain(chain, x)
     batch = int(x.shape[0]) if x.dim() > 0 else 1

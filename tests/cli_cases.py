@@ -56,8 +56,8 @@ def exploding():
 NOT_CALLABLE = 3
 """
 
-CNN = "remat.executor.zoo.small:cnn"
-MLP = "remat.executor.zoo.small:mlp"
+CNN = "remat.zoo.small:cnn"
+MLP = "remat.zoo.small:mlp"
 
 
 @dataclass(frozen=True)
@@ -231,7 +231,7 @@ def _cases() -> list[Case]:
     cases += [c(("pareto", "{chain}", "--json", "{d}/missing/f.json")), c(("pareto", "{chain}", "--csv", "{d}"))]
     # profile
     for model, shape in [
-        ("nomodule:f", "4,64"), ("remat.executor.zoo.small", "4,64"), ("remat.executor.zoo.small:nope", "4,64"),
+        ("nomodule:f", "4,64"), ("remat.zoo.small", "4,64"), ("remat.zoo.small:nope", "4,64"),
         ("badmodels:raises", "4,4"), ("badmodels:not_a_module", "4,4"), ("badmodels:NOT_CALLABLE", "4,4"),
         ("", "4,64"), (MLP, "0,64"), (MLP, "x"), (MLP, "-4,64"), (MLP, ""),
     ]:  # fmt: skip

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from remat.executor.zoo.vision import ResNet, UNet
+from remat.zoo.vision import ResNet, UNet
 
 
 def small_resnet() -> nn.Module:

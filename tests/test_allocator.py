@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from remat.executor.allocator import AllocatorMeter, Phase, tensor_meter
-from remat.executor.memory import untracked
+from remat.measure.allocator import AllocatorMeter, Phase, tensor_meter
+from remat.measure.memory import untracked
 from remat.schedules import RematError
 
 

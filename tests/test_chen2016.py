@@ -9,16 +9,16 @@ import dataclasses
 import pytest
 import torch
 
-from remat.executor.flops import FlopTimeEstimate, KindRate, stage_flops
-from remat.executor.measure import measure_steps
-from remat.executor.memory import StorageTracker
-from remat.executor.profiler import profile_chain
-from remat.executor.replay import RematChain
-from remat.executor.zoo.preact_resnet import PreActResNet, blocks_for_depth, preact_resnet
+from remat.measure.memory import StorageTracker
+from remat.profile.chain import profile_chain
+from remat.profile.flops import FlopTimeEstimate, KindRate, stage_flops
+from remat.replay.chain import RematChain
+from remat.replay.report import measure_steps
 from remat.schedules import simulate
 from remat.solver import solve
 from remat.solver.chain.optimal import minimum_budget
 from remat.solver.chain.store_all import store_all_peak
+from remat.zoo.preact_resnet import PreActResNet, blocks_for_depth, preact_resnet
 
 SIZE_FIELDS = ("output_size", "saved_size", "forward_overhead", "backward_overhead", "param_size")
 TRANSIENT_FIELDS = ("forward_overhead", "forward_nograd_overhead", "backward_overhead")

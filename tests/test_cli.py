@@ -137,7 +137,7 @@ def test_graph_profile_printout_uses_the_one_store_all_peak(tmp_path, capsys):
     import re
 
     out_path = tmp_path / "g.json"
-    argv = ["profile", "--graph", "--model", "remat.executor.zoo.small:cnn", "--input-shape", "4,3,16,16"]
+    argv = ["profile", "--graph", "--model", "remat.zoo.small:cnn", "--input-shape", "4,3,16,16"]
     code, out, err = _run(capsys, [*argv, "--time-source", "flops", "-o", str(out_path)])
     assert code == 0, err
     printed = int(re.search(r"store-all peak [^(]+\((\d+) bytes\)", out).group(1))

@@ -6,11 +6,11 @@ import pytest
 import torch
 from torch import nn
 
-from remat.executor.chain import Chain, as_chain
-from remat.executor.cut import TrainingStep, cut_step, mutates
-from remat.executor.profiler import profile_chain
-from remat.executor.proof import cut_model, one_step, prove_chain, prove_cut
+from remat.profile.chain import profile_chain
 from remat.schedules import RematError
+from remat.trace.chain import Chain, as_chain
+from remat.trace.cut import TrainingStep, cut_step, mutates
+from remat.trace.proof import cut_model, one_step, prove_chain, prove_cut
 
 
 class MaskedMLP(nn.Module):

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from remat.cli import main
-from remat.executor.loading import load_model
+from remat.models.loading import load_model
 from remat.schedules import RematError, load_profile
 
-MLP = "remat.executor.zoo.small:mlp"
+MLP = "remat.zoo.small:mlp"
 
 
 def _ok(argv, capsys):
@@ -83,8 +83,8 @@ def test_profile_solve_execute(tmp_path, capsys):
     [
         (["--model", "nocolon", "--input-shape", "2,64"], "expected 'package.module:factory'"),
         (["--model", "no_such_pkg_xyz.mod:f", "--input-shape", "2,64"], "cannot import module"),
-        (["--model", "remat.executor.zoo.small:nope", "--input-shape", "2,64"], "has no attribute 'nope'"),
-        (["--model", "remat.executor.zoo.small:INPUT_SHAPES", "--input-shape", "2,64"], "not a factory"),
+        (["--model", "remat.zoo.small:nope", "--input-shape", "2,64"], "has no attribute 'nope'"),
+        (["--model", "remat.zoo.small:INPUT_SHAPES", "--input-shape", "2,64"], "not a factory"),
         (["--model", MLP, "--input-shape", "2,x,64"], "--input-shape"),
         (["--model", MLP, "--input-shape", "2,64", "--dtype", "int3"], "--dtype"),
         (["--model", MLP, "--input-shape", "2,64", "--device", "cuda:0"], "--device"),
@@ -98,7 +98,7 @@ def test_profile_errors_are_one_line(argv, message, tmp_path, capsys, monkeypatc
     if "--graph" in argv:
         import sys
 
-        monkeypatch.setitem(sys.modules, "remat.executor.graph_profile", None)  # not built: ImportError
+        monkeypatch.setitem(sys.modules, "remat.graph.profile", None)  # not built: ImportError
     code = main(["profile", *argv, "-o", str(tmp_path / "p.json")])
     err = capsys.readouterr().err
     assert code == 2
@@ -147,7 +147,7 @@ def test_execute_rejects_a_schedule_for_another_model(tmp_path, capsys):
         [
             "execute",
             "--model",
-            "remat.executor.zoo.small:cnn",
+            "remat.zoo.small:cnn",
             "--input-shape",
             "2,3,16,16",
             "--device",

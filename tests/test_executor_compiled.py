@@ -1,4 +1,4 @@
-"""Compiled stages (remat.executor.compiled): checked against the eager stages before use, profiled
+"""Compiled stages (remat.runtime.compiled): checked against the eager stages before use, profiled
 and replayed compiled (gradients within the stated tolerance of the plain model's, the allocator's
 peak within 2% of the prediction, middle options included), no recompilation after the check, and
 refusals (a wrong compiled stage, a profile measured with other kernels, an unchecked option).
@@ -17,15 +17,15 @@ import pytest
 import torch
 from torch import nn
 
-from remat.executor.compiled import TOLERANCE, CompiledStage, compile_chain
-from remat.executor.measure import step_allocator_peak
-from remat.executor.profiler import profile_chain
-from remat.executor.replay import RematChain
-from remat.executor.zoo.gpt2 import GPT2
+from remat.profile.chain import profile_chain
+from remat.replay.chain import RematChain
+from remat.replay.report import step_allocator_peak
+from remat.runtime.compiled import TOLERANCE, CompiledStage, compile_chain
 from remat.schedules import RematError, load_profile, load_schedule, save_profile, simulate
 from remat.solver import solve
 from remat.solver.chain.optimal import optimal_front
 from remat.solver.chain.store_all import store_all_peak
+from remat.zoo.gpt2 import GPT2
 
 CPU = torch.device("cpu")
 
@@ -123,7 +123,7 @@ def test_an_unchecked_option_is_refused():
     stage = compiled.stages[1]
     assert isinstance(stage, CompiledStage)
     with pytest.raises(RematError, match="option 'save linear outputs' was not compiled and checked"):
-        stage.selective(x.requires_grad_(), "save linear outputs")
+        stage.remat_option_forward(x.requires_grad_(), "save linear outputs")
 
 
 def _schedules(profile) -> list[tuple]:
@@ -214,7 +214,7 @@ def _cli(argv: list[str], capsys) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
-_MLP = ["--model", "remat.executor.zoo.small:mlp", "--input-shape", "16,64", "--device", "cpu"]
+_MLP = ["--model", "remat.zoo.small:mlp", "--input-shape", "16,64", "--device", "cpu"]
 
 
 @needs_inductor

@@ -13,8 +13,8 @@ import torch.multiprocessing as mp
 def _worker(rank: int, world: int, init_file: str, results: str) -> None:
     import chain_ops
 
-    from remat.executor.replay import RematChain
-    from remat.executor.zoo import small
+    from remat.replay.chain import RematChain
+    from remat.zoo import small
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)

@@ -36,7 +36,7 @@ def _sharded(model: torch.nn.Sequential) -> torch.nn.Sequential:
 def _worker(rank: int, world: int, init_file: str, results: str) -> None:
     import chain_ops
 
-    from remat.executor.replay import RematChain
+    from remat.replay.chain import RematChain
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from remat.executor.memory import StorageTracker, storage_bytes, untracked
+from remat.measure.memory import StorageTracker, storage_bytes, untracked
 
 
 def test_counts_allocations_and_frees():

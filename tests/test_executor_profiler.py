@@ -9,11 +9,11 @@ import pytest
 import torch
 from torch import nn
 
-from remat.executor.chain import Chain, as_chain
-from remat.executor.memory import StorageTracker
-from remat.executor.profiler import profile_chain, profile_stage
-from remat.executor.zoo import small
+from remat.measure.memory import StorageTracker
+from remat.profile.chain import profile_chain, profile_stage
 from remat.schedules import ChainProfile, RematError
+from remat.trace.chain import Chain, as_chain
+from remat.zoo import small
 
 
 class ExpT(nn.Module):

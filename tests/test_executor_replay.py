@@ -12,14 +12,14 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remat.executor.chain import as_chain
-from remat.executor.measure import compare, measure_steps
-from remat.executor.profiler import profile_chain
-from remat.executor.replay import RematChain
-from remat.executor.zoo import small
+from remat.profile.chain import profile_chain
+from remat.replay.chain import RematChain
+from remat.replay.report import compare, measure_steps
 from remat.schedules import InfeasibleBudgetError, RematError, simulate
 from remat.solver import solve, strategy_names
 from remat.solver.common import make_schedule
+from remat.trace.chain import as_chain
+from remat.zoo import small
 
 MODELS = ("mlp", "cnn", "transformer")
 BUDGET_FRACTIONS = (1.0, 0.5, 0.15)

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from remat.executor.compat import import_torchvision
-from remat.executor.options_profile import applicable_policies
-from remat.executor.profiler import profile_chain
-from remat.executor.proof import cut_model
+from remat.models.compat import import_torchvision
+from remat.profile.chain import profile_chain
+from remat.profile.options import applicable_policies
+from remat.trace.proof import cut_model
 
 try:  # first: transformers imports torchvision (remat/executor/compat.py)
     import_torchvision()

@@ -10,8 +10,8 @@ import importlib.util
 import torch
 from conftest import ROOT
 
-from remat.executor.graph_profile import profile_graph
-from remat.executor.zoo import gpt2
+from remat.graph.profile import profile_graph
+from remat.zoo import gpt2
 
 
 def _make_graph_profiles():

@@ -9,7 +9,7 @@ import pytest
 from remat.cli import main
 from remat.schedules import GraphProfile, load_profile, load_schedule
 
-CNN = "remat.executor.zoo.small:cnn"
+CNN = "remat.zoo.small:cnn"
 SHAPE = "2,3,16,16"
 
 

@@ -1,4 +1,4 @@
-"""Graphs of real models (remat.executor.graph_profile): validity, sizes, mapping, skips, no side effects."""
+"""Graphs of real models (remat.graph.profile): validity, sizes, mapping, skips, no side effects."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from remat.executor.graph_profile import GRAD_OUTPUT_NAME, graph_plan, profile_graph
-from remat.executor.zoo import vision
+from remat.graph.profile import GRAD_OUTPUT_NAME, graph_plan, profile_graph
 from remat.schedules import GraphProfile, ProfileError, load_profile, simulate
+from remat.zoo import vision
 
 
 @pytest.fixture(autouse=True, scope="module")

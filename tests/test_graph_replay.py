@@ -1,4 +1,4 @@
-"""Graph schedules replayed on real models (remat.executor.graph_replay), on CPU.
+"""Graph schedules replayed on real models (remat.replay.graph), on CPU.
 
 Models: a ResNet with projection and identity skips (BatchNorm), a U-Net with long skips
 (concatenation, transposed convolutions), a small transformer (attention, LayerNorm, dropout,
@@ -17,8 +17,8 @@ from graph_models import TinyTransformer, small_resnet, small_unet
 from graph_schedules import checkpoint_schedule
 from torch import nn
 
-from remat.executor.graph_profile import profile_graph
-from remat.executor.graph_replay import GraphReplay, measure_graph
+from remat.graph.profile import profile_graph
+from remat.replay.graph import GraphReplay, measure_graph
 from remat.schedules import InfeasibleBudgetError, RematError, ScheduleError, simulate
 from remat.solver.common import make_schedule
 from remat.solver.registry import get_strategy, solve, strategy_names
@@ -107,7 +107,7 @@ def test_memory_after_every_op_is_the_simulators(name, keep):
     _assert_matches(profile, ops, m)
 
 
-# "Measured" is the allocator's (remat.executor.allocator), kernel buffers included; the profile's
+# "Measured" is the allocator's (remat.measure.allocator), kernel buffers included; the profile's
 # overheads are the allocator's too (profile_graph's default overheads="allocator"), so prediction
 # and measurement agree up to a few bytes the graph model does not hold: the loss scalar and the
 # 8-byte wrapped Python numbers a few ops keep. The chain side's tolerance is 0.12% (docs/executor.md).
@@ -151,7 +151,7 @@ def test_multihead_attention_backward_is_measured_as_it_runs_unmetered():
     autograd adds them in place only when nothing else refers to them, which a live-tensor tracker
     running in the same step prevents (16 KiB more here). The allocator is read in a step of its
     own, so every op's peak is the profile's, whose overheads were measured without a tracker."""
-    from remat.executor.zoo import small
+    from remat.zoo import small
 
     torch.manual_seed(0)
     model = small.transformer(in_features=32, dim=32, depth=2, heads=4, dropout=0.1)
@@ -241,10 +241,10 @@ def test_a_chain_model_solved_both_ways():
     """Chain DP + chain replay and graph ILP + graph replay on the same chain model, same budget:
     both give the plain model's gradients, and both replays' measured peaks are within the budget
     (the graph replay's memory at every op is the simulator's, transients included)."""
-    from remat.executor.measure import measure_steps
-    from remat.executor.profiler import profile_chain
-    from remat.executor.replay import RematChain
-    from remat.executor.zoo.small import mlp
+    from remat.profile.chain import profile_chain
+    from remat.replay.chain import RematChain
+    from remat.replay.report import measure_steps
+    from remat.zoo.small import mlp
 
     torch.manual_seed(0)
     model = mlp(depth=6, width=64, in_features=32)

@@ -317,7 +317,7 @@ def test_replays_on_a_real_model_with_equal_gradients_and_predicted_peak(name):
 
     from test_graph_replay import _assert_matches, _check_against_plain, _setup
 
-    from remat.executor.graph_replay import GraphReplay, measure_graph
+    from remat.replay.graph import GraphReplay, measure_graph
 
     base, x, profile = _setup(name)
     low, high = hierarchical.least_budget(profile), store_all_peak(profile)

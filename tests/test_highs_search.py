@@ -184,7 +184,7 @@ def test_the_child_imports_nothing_of_remat():
 
 
 def test_the_cli_says_who_found_the_schedule():
-    from remat.cli_text import _extra_rows
+    from remat.cli.text import _extra_rows
 
     rows = dict(_extra_rows({"source": "highs", "warm_start": "hierarchical"}))
     assert rows["found by"] == "HiGHS's branch and cut, started from hierarchical"

@@ -1,4 +1,4 @@
-"""The unrolled LSTM chain (remat.executor.zoo.lstm): equal to the plain loop, profiled from a real
+"""The unrolled LSTM chain (remat.zoo.lstm): equal to the plain loop, profiled from a real
 LSTMCell, and replayed with checkpointing schedules within 1% of the predicted peak."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from remat.executor.chain import as_chain  # noqa: E402
-from remat.executor.measure import compare  # noqa: E402
-from remat.executor.profiler import profile_chain  # noqa: E402
-from remat.executor.replay import RematChain  # noqa: E402
-from remat.executor.zoo.lstm import UnrolledLSTM, repeated_profile, unrolled_loop  # noqa: E402
+from remat.profile.chain import profile_chain  # noqa: E402
+from remat.replay.chain import RematChain  # noqa: E402
+from remat.replay.report import compare  # noqa: E402
 from remat.schedules import RematError, simulate  # noqa: E402
 from remat.solver import solve  # noqa: E402
+from remat.trace.chain import as_chain  # noqa: E402
+from remat.zoo.lstm import UnrolledLSTM, repeated_profile, unrolled_loop  # noqa: E402
 
 
 def _state(batch: int, hidden: int) -> torch.Tensor:

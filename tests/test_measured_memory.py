@@ -15,15 +15,15 @@ import torch
 from torch import nn
 
 from remat.cli import main
-from remat.executor.measure import compare, measure_steps
-from remat.executor.profiler import check_profile_matches, profile_chain
-from remat.executor.replay import RematChain
-from remat.executor.zoo import small
-from remat.executor.zoo.resnet18 import resnet18
+from remat.profile.chain import check_profile_matches, profile_chain
+from remat.replay.chain import RematChain
+from remat.replay.report import compare, measure_steps
 from remat.schedules import RematError, load_profile, save_profile, simulate
 from remat.solver import solve
 from remat.solver.chain.store_all import store_all_peak
 from remat.solver.common import make_schedule
+from remat.zoo import small
+from remat.zoo.resnet18 import resnet18
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +99,7 @@ def test_profile_of_another_input_or_model_is_refused():
 
 
 def test_execute_refuses_a_batch_8_profile_for_a_batch_4_input(tmp_path, capsys):
-    model = "remat.executor.zoo.small:cnn"
+    model = "remat.zoo.small:cnn"
     profile_path, schedule_path = tmp_path / "p.json", tmp_path / "s.json"
     assert (
         main(["profile", "--model", model, "--input-shape", "8,3,32,32", "--threads", "1", "-o", str(profile_path)])
@@ -119,7 +119,7 @@ def test_execute_refuses_a_batch_8_profile_for_a_batch_4_input(tmp_path, capsys)
 def test_threads_option_is_applied_and_restored(tmp_path):
     before = torch.get_num_threads()
     path = tmp_path / "p.json"
-    argv = ["profile", "--model", "remat.executor.zoo.small:mlp", "--input-shape", "8,64", "-o", str(path)]
+    argv = ["profile", "--model", "remat.zoo.small:mlp", "--input-shape", "8,64", "-o", str(path)]
     assert main([*argv, "--threads", "1"]) == 0
     assert load_profile(path).metadata["threads"] == 1
     assert torch.get_num_threads() == before
@@ -148,8 +148,8 @@ def test_resnet18_graph_schedules_predict_the_allocator_within_0_12_percent(one_
     """The graph side judged like the chain side: a graph profile's overheads are the allocator's
     (kernel buffers included), so at store-all, Chen's greedy and the ILP at a tight budget the
     allocator's peak of the graph replay is the prediction within 0.12% (a few bytes: the loss scalar)."""
-    from remat.executor.graph_profile import profile_graph
-    from remat.executor.graph_replay import GraphReplay, compare_graph
+    from remat.graph.profile import profile_graph
+    from remat.replay.graph import GraphReplay, compare_graph
 
     torch.manual_seed(0)
     model = resnet18().train()
@@ -171,8 +171,8 @@ def test_resnet18_graph_schedules_predict_the_allocator_within_0_12_percent(one_
 
 
 def test_graph_replay_at_another_thread_count_warns(one_thread):
-    from remat.executor.graph_profile import profile_graph
-    from remat.executor.graph_replay import GraphReplay, compare_graph
+    from remat.graph.profile import profile_graph
+    from remat.replay.graph import GraphReplay, compare_graph
 
     model = small.mlp()
     x = torch.randn(8, 64)
@@ -197,7 +197,7 @@ def test_the_allocator_step_is_not_metered_under_the_tracker():
     """measure_steps' allocator peak is that of a step with no tracker running (the tracker keeps
     references that stop autograd from adding gradients in place: in MultiheadAttention's
     backward that allocates more), and its tracker step leaves gradients and RNG as one step."""
-    from remat.executor.measure import step_allocator_peak
+    from remat.replay.report import step_allocator_peak
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(32, 32), _Attention(32), nn.Linear(32, 32)).train()
@@ -214,6 +214,6 @@ def test_the_allocator_step_is_not_metered_under_the_tracker():
 
 
 def allocation_bytes(x: torch.Tensor) -> int:
-    from remat.executor.memory import allocation_size
+    from remat.measure.memory import allocation_size
 
     return allocation_size(x.untyped_storage().nbytes(), x.device)

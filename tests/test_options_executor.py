@@ -11,17 +11,17 @@ import torch
 from torch import nn
 
 from remat.cli import main
-from remat.executor.chain import as_chain
-from remat.executor.measure import compare
-from remat.executor.options_policy import POLICIES
-from remat.executor.options_profile import applicable_policies, with_measured_options
-from remat.executor.profiler import profile_chain
-from remat.executor.replay import RematChain
-from remat.executor.zoo.gpt2 import GPT2
+from remat.profile.chain import profile_chain
+from remat.profile.options import applicable_policies, with_measured_options
+from remat.replay.chain import RematChain
+from remat.replay.report import compare
+from remat.runtime.policies import POLICIES
 from remat.schedules import ChainProfile, RematError, ScheduleError, StageOption, load_profile
 from remat.solver import solve
 from remat.solver.chain.store_all import store_all_peak
 from remat.solver.common import make_schedule
+from remat.trace.chain import as_chain
+from remat.zoo.gpt2 import GPT2
 
 
 def _gpt(dropout: float = 0.0) -> nn.Module:
@@ -147,7 +147,7 @@ def test_an_option_without_a_policy_or_without_the_profile_is_refused():
 
 def test_remat_profile_options_writes_options(tmp_path, capsys):
     out = tmp_path / "p.json"
-    argv = ["profile", "--model", "remat.executor.zoo.small:transformer", "--input-shape", "2,16,32"]
+    argv = ["profile", "--model", "remat.zoo.small:transformer", "--input-shape", "2,16,32"]
     code = main([*argv, "--device", "cpu", "--repeats", "1", "--options", "-o", str(out)])
     captured = capsys.readouterr()
     assert code == 0, captured.err

@@ -202,14 +202,14 @@ def test_negative_budget_is_an_error() -> None:
 torch = pytest.importorskip("torch")
 
 from remat.cli import main  # noqa: E402
-from remat.executor.batch_profiles import chain_profiler  # noqa: E402
+from remat.profile.batch import chain_profiler  # noqa: E402
 from remat.solver.chain.plan import mismatches  # noqa: E402
 
 CPU = torch.device("cpu")
 
 
 @pytest.mark.parametrize(
-    ("spec", "shape"), [("remat.executor.zoo.small:mlp", (16, 64)), ("remat.executor.zoo.small:cnn", (4, 3, 16, 16))]
+    ("spec", "shape"), [("remat.zoo.small:mlp", (16, 64)), ("remat.zoo.small:cnn", (4, 3, 16, 16))]
 )
 def test_conv_and_linear_stacks_grow_linearly_in_the_batch_to_the_byte(spec, shape) -> None:
     profile_at = chain_profiler(spec, shape, 0, "meta", torch.float32, CPU)
@@ -223,7 +223,7 @@ def test_conv_and_linear_stacks_grow_linearly_in_the_batch_to_the_byte(spec, sha
 
 
 def test_attention_is_quadratic_in_the_sequence_length() -> None:
-    profile_at = chain_profiler("remat.executor.zoo.small:transformer", (2, 16, 32), 1, "meta", torch.float32, CPU)
+    profile_at = chain_profiler("remat.zoo.small:transformer", (2, 16, 32), 1, "meta", torch.float32, CPU)
     growth = fit_growth(profile_at, [8, 16, 24])
     assert growth.kind.startswith("quadratic") and growth.points[:4] == (8, 16, 24, 32)
     assert any(line.startswith("quadratic") and "saved_size" in line for line in growth.describe())
@@ -232,7 +232,7 @@ def test_attention_is_quadratic_in_the_sequence_length() -> None:
 
 def test_cli_plan_output_and_plot(tmp_path, capsys) -> None:
     plot = tmp_path / "plan.png"
-    args = ["plan", "--model", "remat.executor.zoo.small:cnn", "--input-shape", "4,3,16,16", "--memory", "20MB"]
+    args = ["plan", "--model", "remat.zoo.small:cnn", "--input-shape", "4,3,16,16", "--memory", "20MB"]
     assert main([*args, "--max-overhead", "30%", "--plot", str(plot)]) == 0
     out = capsys.readouterr().out
     assert "growth       linear" in out and "4 x " in out and "confirmed" in out
@@ -253,14 +253,14 @@ def test_cli_plan_output_and_plot(tmp_path, capsys) -> None:
     ],
 )
 def test_cli_plan_bad_input_is_one_line_and_exit_2(extra, message, capsys) -> None:
-    args = ["plan", "--model", "remat.executor.zoo.small:mlp", "--input-shape", "4,64", *extra]
+    args = ["plan", "--model", "remat.zoo.small:mlp", "--input-shape", "4,64", *extra]
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and message in err and err.startswith("remat: error:")
 
 
 def test_sizes_the_model_cannot_take_are_one_line_errors_unless_excluded(capsys) -> None:
-    args = ["plan", "--model", "remat.executor.zoo.gpt2:gpt2_tiny", "--input-shape", "2,16,32", "--vary", "dim=1"]
+    args = ["plan", "--model", "remat.zoo.gpt2:gpt2_tiny", "--input-shape", "2,16,32", "--vary", "dim=1"]
     args += ["--memory", "2MB", "--max-overhead", "30%"]
     assert main(args) == 2  # positions exist for 64 tokens only: the search runs past them
     err = capsys.readouterr().err.strip()
@@ -274,7 +274,7 @@ def test_planned_batch_runs_within_the_memory_and_the_next_does_not_fit(tmp_path
     """CPU validation: plan from meta profiles (sizes equal the CPU's, checked above), execute the planned
     batch on the CPU with remat execute, and measure its peak."""
     schedule, profile, report = tmp_path / "s.json", tmp_path / "p.json", tmp_path / "r.json"
-    spec, memory, fixed = "remat.executor.zoo.small:mlp", 400_000, 100_000
+    spec, memory, fixed = "remat.zoo.small:mlp", 400_000, 100_000
     args = ["plan", "--model", spec, "--input-shape", "4,64", "--memory", str(memory), "--fixed-bytes", str(fixed)]
     assert main([*args, "--max-overhead", "30%", "-o", str(schedule),
                  "--save-profile", str(profile)]) == 0  # fmt: skip
@@ -310,8 +310,8 @@ class _Doubled(torch.nn.Module):
 
 
 def test_a_chain_that_differs_from_the_model_is_refused() -> None:
-    from remat.executor.batch_profiles import check_chain_matches
-    from remat.executor.chain import as_chain
+    from remat.profile.batch import check_chain_matches
+    from remat.trace.chain import as_chain
 
     model, x = _Doubled(), torch.randn(3, 4)
     with pytest.raises(RematError, match="does not compute what the model computes"):

@@ -148,6 +148,6 @@ def test_label_boxes_moved_by_offset_equal_the_laid_out_boxes():
 def test_the_cli_knows_the_image_types_matplotlib_writes():
     from matplotlib.backend_bases import FigureCanvasBase
 
-    from remat.cli_args import PLOT_TYPES
+    from remat.cli.args import PLOT_TYPES
 
     assert set(FigureCanvasBase.get_supported_filetypes()) == PLOT_TYPES

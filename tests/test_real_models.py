@@ -16,12 +16,12 @@ import torch.utils.checkpoint
 from torch import nn
 
 import remat
-from remat.executor.compat import import_torchvision
-from remat.executor.hub import build_library_model, parse_config
-from remat.executor.proof import cut_model
+from remat.models.compat import import_torchvision
+from remat.models.hub import build_library_model, parse_config
 from remat.schedules import RematError
 from remat.solver.chain.optimal import minimum_budget
 from remat.solver.chain.store_all import store_all_peak
+from remat.trace.proof import cut_model
 
 try:  # first: timm and transformers import torchvision (remat/executor/compat.py)
     torchvision = import_torchvision()
@@ -229,8 +229,8 @@ def test_graph_replay_of_a_vision_model_equals_its_plain_step(case, bf16):
     # gradients in autograd's order; VGG's ReLUs are in place
     from graph_schedules import checkpoint_schedule
 
-    from remat.executor.graph_profile import profile_graph
-    from remat.executor.graph_replay import GraphReplay
+    from remat.graph.profile import profile_graph
+    from remat.replay.graph import GraphReplay
 
     factory, x, _, _ = CASES[case]
     torch.manual_seed(0)

@@ -12,7 +12,7 @@ from conftest import ROOT
 from torch import nn
 
 try:  # first: timm and transformers import torchvision (remat/executor/compat.py)
-    from remat.executor.compat import import_torchvision
+    from remat.models.compat import import_torchvision
 
     import_torchvision()
 except ModuleNotFoundError:

@@ -1,4 +1,4 @@
-"""What a recomputation preserves (remat.executor.replay_core), for the chain replay and the graph
+"""What a recomputation preserves (remat.runtime.core), for the chain replay and the graph
 replay alike: autocast, RNG of ops on no list, parameter gradients for torch.autograd.grad and
 backward(inputs=...), GradScaler, integer inputs; each checked against the plain model's step.
 Also the graph store-all's memory against the plain step (live tensors and the CPU allocator)."""
@@ -15,9 +15,9 @@ import torch.utils.checkpoint as torch_checkpoint
 from graph_schedules import checkpoint_schedule
 from torch import nn
 
-from remat.executor.graph_profile import profile_graph
-from remat.executor.graph_replay import GraphReplay
-from remat.executor.replay import RematChain
+from remat.graph.profile import profile_graph
+from remat.replay.chain import RematChain
+from remat.replay.graph import GraphReplay
 
 KINDS = ("chain", "graph")
 
@@ -225,8 +225,8 @@ def _allocator_peak(step) -> int:
 
 def _peaks(module: nn.Module, step) -> tuple[int, int]:
     """(live-tensor peak, allocator peak) of one training step, parameter gradients pre-allocated."""
-    from remat.executor.measure import prepare_grads
-    from remat.executor.memory import memory_meter
+    from remat.measure.memory import memory_meter
+    from remat.replay.report import prepare_grads
 
     prepare_grads(module)
     step()  # warm-up
@@ -276,7 +276,7 @@ def _torchvision_like_resnet() -> nn.Module:
 
 def _held_after_forward(module: nn.Module, inp: torch.Tensor) -> int:
     """Live bytes right after the forward (the output and everything kept for the backward)."""
-    from remat.executor.memory import memory_meter
+    from remat.measure.memory import memory_meter
 
     with memory_meter("cpu") as meter:
         out = module(inp)

@@ -2,7 +2,7 @@
 
 On small configs of GPT-2, a torchvision ResNet (resnet50's bottleneck layout) and BERT, with the
 loss inside the step: store-all's allocator-measured peak within 1% of the plain model's training
-step (same meter, same accounting: remat.executor.measure.plain_step_peak), and the predicted peak
+step (same meter, same accounting: remat.replay.report.plain_step_peak), and the predicted peak
 within 2% of the allocator's for store-all and for an optimal schedule at the DP's least memory.
 """
 
@@ -13,12 +13,12 @@ import torch
 from torch import nn
 
 import remat
-from remat.executor.chain import Chain
-from remat.executor.compat import import_torchvision
-from remat.executor.fuse import unsaved_handoffs
-from remat.executor.hub import build_library_model
-from remat.executor.measure import plain_step_peak
+from remat.models.compat import import_torchvision
+from remat.models.hub import build_library_model
+from remat.replay.report import plain_step_peak
 from remat.solver.chain.optimal import minimum_budget
+from remat.trace.chain import Chain
+from remat.trace.fuse import unsaved_handoffs
 
 try:  # first: transformers imports torchvision (remat/executor/compat.py)
     torchvision = import_torchvision()

@@ -2,7 +2,7 @@
 at a bounded overhead, for the optimal schedule, Chen's sqrt(n) and store-all. See docs/plan.md.
 
 Registered by :func:`add_plan_parser`; errors are :class:`RematError` (one line, exit 2, printed
-by ``remat.cli.main``).
+by ``remat.cli.main.main``).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from remat.cli_args import output_file, plot_file
+from remat.cli.args import output_file, plot_file
 from remat.schedules import RematError, format_size, parse_size, save_profile, save_schedule
 from remat.solver.chain.plan import (
     ADAM_COPIES,
@@ -76,8 +76,8 @@ def _row(fit: Fit, label: str) -> str:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from remat.executor.batch_profiles import chain_profiler, parse_vary
-    from remat.executor.loading import parse_dtype, parse_shape, resolve_device
+    from remat.models.loading import parse_dtype, parse_shape, resolve_device
+    from remat.profile.batch import chain_profiler, parse_vary
 
     shape = parse_shape(args.input_shape)
     dim = parse_vary(args.vary, len(shape))
@@ -155,7 +155,7 @@ def add_plan_parser(sub) -> None:
         description="Profile MODEL at a few sizes of one input dimension, fit how its chain grows, and find the "
         "largest size whose optimal schedule (and Chen's sqrt(n), and store-all) fits --memory minus the fixed "
         "bytes with at most --max-overhead over store-all.",
-        epilog="example: remat plan --model remat.executor.zoo.gpt2:gpt2_small --input-shape 1,1024,768 "
+        epilog="example: remat plan --model remat.zoo.gpt2:gpt2_small --input-shape 1,1024,768 "
         "--memory 80GB --max-overhead 10%",
     )
     plan.add_argument("--model", required=True, help="model factory as package.module:factory")

@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 
-from remat.cli_args import (
+from remat.cli.args import (
     TIME_LIMIT_HELP,
     integer_at_least,
     join_negative_values,
@@ -20,7 +20,7 @@ from remat.cli_args import (
     plot_file,
     seconds,
 )
-from remat.cli_plan import add_plan_parser
+from remat.cli.plan import add_plan_parser
 from remat.schedules import (
     ChainProfile,
     RematError,
@@ -136,7 +136,7 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     check_schedule(profile, schedule)
     if args.output:
         save_schedule(schedule, args.output)
-    from remat.cli_text import solve_lines
+    from remat.cli.text import solve_lines
 
     for label, text in solve_lines(schedule, args.budget, reference_peak(profile)):
         print(f"{label:<12} {text}")
@@ -305,7 +305,7 @@ def _cmd_strategies(args: argparse.Namespace) -> int:
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
-    from remat.executor.loading import build, model_options, parse_dtype, parse_shape, resolve_device
+    from remat.models.loading import build, model_options, parse_dtype, parse_shape, resolve_device
 
     if args.graph and args.options:
         raise RematError("--options: measures a chain's stage options; it does not apply with --graph")
@@ -317,10 +317,10 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     name = args.name or f"{args.model.split(':')[-1]}-b{x.shape[0]}-{device.type}"
     if args.graph:
         try:
-            from remat.executor.graph_profile import profile_graph
+            from remat.graph.profile import profile_graph
         except ImportError as error:
             raise RematError(
-                "--graph: the graph profiler (remat.executor.graph_profile) is not available in this build"
+                "--graph: the graph profiler (remat.graph.profile) is not available in this build"
             ) from error
         profile = profile_graph(
             model,
@@ -341,8 +341,8 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         )
         print(f"wrote {args.output}")
         return 0
-    from remat.executor.loading import chain_for
-    from remat.executor.profiler import profile_chain
+    from remat.models.loading import chain_for
+    from remat.profile.chain import profile_chain
     from remat.schedules import save_profile
 
     chain = _compiled_if(args.compile, chain_for(model, x), x, args.options)
@@ -366,10 +366,10 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
 
 def _cmd_execute(args: argparse.Namespace) -> int:
-    from remat.executor.loading import build, chain_for, model_options, parse_dtype, parse_shape, resolve_device
-    from remat.executor.measure import compare
-    from remat.executor.profiler import profile_chain
-    from remat.executor.replay import RematChain, check_ops_for_chain
+    from remat.models.loading import build, chain_for, model_options, parse_dtype, parse_shape, resolve_device
+    from remat.profile.chain import profile_chain
+    from remat.replay.chain import RematChain, check_ops_for_chain
+    from remat.replay.report import compare
 
     schedule = load_schedule(args.schedule)
     if schedule.kind != "chain":
@@ -397,10 +397,10 @@ def _cmd_execute(args: argparse.Namespace) -> int:
 
 def _compiled_if(compile_stages: bool, chain, x, options: bool):
     """``chain`` with every stage compiled and checked against its eager stage (``--compile``;
-    remat.executor.compiled), or ``chain`` itself."""
+    remat.runtime.compiled), or ``chain`` itself."""
     if not compile_stages:
         return chain
-    from remat.executor.compiled import compile_chain
+    from remat.runtime.compiled import compile_chain
 
     print("--compile: compiling every stage with torch.compile and checking it against the eager stage")
     return compile_chain(chain, x, options=options)
@@ -429,7 +429,7 @@ def _note_threads(profile) -> None:
 
 
 def _print_report(report, args: argparse.Namespace) -> int:
-    from remat.executor.measure import plot_comparison
+    from remat.replay.report import plot_comparison
     from remat.schedules import write_json
 
     print(report.table())
@@ -443,10 +443,10 @@ def _print_report(report, args: argparse.Namespace) -> int:
 
 
 def _execute_graph(args: argparse.Namespace, schedule) -> int:
-    """``remat execute`` for a graph schedule: the graph replay (remat.executor.graph_replay)."""
-    from remat.executor.graph_profile import profile_graph
-    from remat.executor.graph_replay import GraphReplay, compare_graph
-    from remat.executor.loading import build, model_options, parse_dtype, parse_shape, resolve_device
+    """``remat execute`` for a graph schedule: the graph replay (remat.replay.graph)."""
+    from remat.graph.profile import profile_graph
+    from remat.models.loading import build, model_options, parse_dtype, parse_shape, resolve_device
+    from remat.replay.graph import GraphReplay, compare_graph
     from remat.schedules import GraphProfile
 
     if args.compile:
@@ -610,7 +610,7 @@ def build_parser() -> argparse.ArgumentParser:
         "profile",
         help="measure a PyTorch model into a chain (or --graph) profile",
         description="Run MODEL on a random input and write its per-stage times and memory as a profile.",
-        epilog="example: remat profile --model remat.executor.zoo.small:cnn --input-shape 8,3,32,32 -o cnn.json",
+        epilog="example: remat profile --model remat.zoo.small:cnn --input-shape 8,3,32,32 -o cnn.json",
     )
     _add_model_args(profile_cmd)
     profile_cmd.add_argument("--graph", action="store_true", help="write a graph profile (op-level DAG) instead")
@@ -642,7 +642,7 @@ def build_parser() -> argparse.ArgumentParser:
         "execute",
         help="train a model with a schedule; print predicted vs measured memory and time",
         description="Replay SCHEDULE as training steps of MODEL and compare with the simulator's prediction.",
-        epilog="example: remat execute --model remat.executor.zoo.small:cnn --input-shape 8,3,32,32 "
+        epilog="example: remat execute --model remat.zoo.small:cnn --input-shape 8,3,32,32 "
         "--schedule s.json --profile cnn.json",
     )
     _add_model_args(execute_cmd)

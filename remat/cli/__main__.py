@@ -1,0 +1,5 @@
+import sys
+
+from remat.cli import main
+
+sys.exit(main())

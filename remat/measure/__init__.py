@@ -1,0 +1,1 @@
+"""What the allocator and the live storages say, in bytes (docs/architecture.md)."""

@@ -1,0 +1,223 @@
+"""What the allocator saw: bytes allocated on a device inside a block, their peak, and per-phase readings.
+
+This is the "measured" memory of remat (docs/executor.md, "Measurement"): it includes what kernels
+allocate inside themselves (oneDNN convolution buffers on CPU, cuDNN workspaces and matmul scratch
+on CUDA), which a live-tensor tracker (:class:`~remat.measure.memory.StorageTracker`) cannot see.
+
+* **CPU**: c10's CPU allocator reports every allocation and free to the profiler while memory
+  profiling is on (``ProfiledCPUMemoryReporter``). :class:`AllocatorMeter` runs
+  ``torch.autograd.profiler.profile(profile_memory=True)`` over the block and replays the reported
+  events in order. Torch 2.13 has no lighter CPU hook (no ``torch.cpu`` memory statistics; the
+  pluggable allocators are CUDA/XPU only), and the profiler's events carry each block's pointer,
+  so a free is counted only for a block allocated inside the block: memory that existed before
+  (parameters, their gradients, the input) is outside the count, exactly as for the tracker.
+  Readings are available once the block has ended (the profiler's events are read at exit).
+  Allocations inside :func:`~remat.measure.memory.untracked` (remat's own bookkeeping: RNG
+  snapshots, buffer copies) are set apart in ``bookkeeping_peak``, as the tracker leaves them out.
+  It cannot run inside another profiler session (it would end that one) and says so.
+* **CUDA**: ``torch.cuda.memory_allocated`` / ``max_memory_allocated`` (the caching allocator
+  rounds every block up to 512 bytes), read at every :meth:`AllocatorMeter.mark`.
+* **meta**: nothing is allocated; the meter counts meta storages with the tracker (exact sizes).
+
+All readings are bytes relative to what was allocated when the block was entered.
+
+Usage::
+
+    with AllocatorMeter("cpu") as meter:
+        out = stage(x)
+        meter.mark("backward")          # ends the phase "" and starts the phase "backward"
+        out.backward(g)
+    meter.peak_bytes                    # the largest total seen in the block (bytes)
+    meter.phases                        # (Phase("", 0, peak, live), Phase("backward", live, peak, end))
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from remat.measure.memory import UNTRACKED_SCOPE, CudaMeter, StorageTracker, profiler_scope
+from remat.schedules import RematError
+
+_MARK = "remat.mark."
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One stretch of a metered block between two marks (bytes, relative to the block's start):
+    ``start`` live when it began, ``peak`` the most live at any moment in it, ``end`` live when it ended."""
+
+    label: str
+    start: int
+    peak: int
+    end: int
+
+
+class _Phased:
+    """Readings shared by the meters: ``phases`` (set when the block ends) and what follows from them."""
+
+    phases: tuple[Phase, ...] = ()
+
+    @property
+    def peak_bytes(self) -> int:
+        """The largest number of bytes allocated at once in the block (bytes; after it ended)."""
+        return max((p.peak for p in self.phases), default=0)
+
+    @property
+    def final_bytes(self) -> int:
+        """Bytes still allocated when the block ended (bytes; after it ended)."""
+        return self.phases[-1].end if self.phases else 0
+
+
+class LivePhases(_Phased):
+    """Phases of a meter that can be read while it runs (:class:`~remat.measure.memory.CudaMeter`,
+    :class:`~remat.measure.memory.StorageTracker`): at each mark, the bytes now and the peak since
+    the previous mark."""
+
+    def __init__(self, meter: CudaMeter | StorageTracker) -> None:
+        self.meter = meter
+        self._labels: list[str] = [""]
+        self._closed: list[Phase] = []
+        self._start = 0
+
+    def __enter__(self) -> LivePhases:
+        self._labels, self._closed, self._start, self.phases = [""], [], 0, ()
+        self.meter.__enter__()
+        return self
+
+    def mark(self, label: str) -> None:
+        """End the current phase here and start one called ``label``."""
+        now = self.meter.current_bytes
+        self._closed.append(Phase(self._labels[-1], self._start, self.meter.peak_bytes, now))
+        self.meter.reset_peak()
+        self._start = now
+        self._labels.append(label)
+
+    def __exit__(self, *exc) -> None:
+        self.mark("")
+        self._labels.pop()
+        self.meter.__exit__(*exc)
+        self.phases = tuple(self._closed)
+
+
+def tensor_meter(device: str | torch.device) -> LivePhases:
+    """The live-tensor tracker with phases (bytes of tensor storages; no kernel-internal buffers)."""
+    return LivePhases(StorageTracker(torch.device(device).type))
+
+
+class AllocatorMeter(_Phased):
+    """Bytes the device's allocator handed out inside the ``with`` block; see the module docstring.
+
+    Attributes (valid after the block ends):
+        phases: one :class:`Phase` per stretch between marks (the first is labelled ``""``).
+        peak_bytes: the largest live total in the block (bytes).
+        final_bytes: bytes still allocated at the end of the block (bytes).
+        bookkeeping_peak: CPU: the most bytes remat's own bookkeeping (tensors made inside
+            :func:`~remat.measure.memory.untracked`: RNG snapshots, buffer copies) held at once;
+            they are not in the other readings, as the tracker does not count them (bytes).
+    """
+
+    def __init__(self, device: str | torch.device = "cpu") -> None:
+        self.device = torch.device(device)
+        self.bookkeeping_peak = 0
+        self._labels: list[str] = [""]
+        self._live: LivePhases | None = None
+        self._profile: torch.autograd.profiler.profile | None = None
+
+    def __enter__(self) -> AllocatorMeter:
+        self._labels, self.phases, self.bookkeeping_peak = [""], (), 0
+        if self.device.type == "cpu":
+            if torch.autograd.profiler._is_profiler_enabled:  # one profiler session per process
+                raise RematError("a torch profiler is already running; measure CPU memory outside it")
+            # kineto prints a "profiler_start/stop" line per session unless its log level is above 5;
+            # it reads the variable when the profiler first starts. A user's own setting wins.
+            os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+            self._profile = torch.autograd.profiler.profile(profile_memory=True, use_cpu=True)
+            self._profile.__enter__()
+        else:
+            live = CudaMeter(self.device) if self.device.type == "cuda" else StorageTracker(self.device)
+            self._live = LivePhases(live).__enter__()
+        return self
+
+    def mark(self, label: str) -> None:
+        """End the current phase here and start one called ``label``."""
+        if self._profile is not None:
+            with profiler_scope(f"{_MARK}{len(self._labels)}"):
+                pass
+        elif self._live is not None:
+            self._live.mark(label)
+        self._labels.append(label)
+
+    def __exit__(self, *exc) -> None:
+        if self._profile is not None:
+            self._profile.__exit__(*exc)
+            self.phases, self.bookkeeping_peak = _phases_from_events(
+                self._profile.kineto_results, self._labels, self.device
+            )
+            self._profile = None
+        elif self._live is not None:
+            self._live.__exit__(*exc)
+            self.phases = self._live.phases
+            self._live = None
+
+
+def _flatten(nodes) -> list[tuple[object, bool]]:
+    """Every node of the profiler's event tree, with whether it ran inside an ``untracked()`` block."""
+    out, stack = [], [(node, False) for node in nodes]
+    while stack:
+        node, hidden = stack.pop()
+        out.append((node, hidden))
+        hidden = hidden or node.name == UNTRACKED_SCOPE
+        stack.extend((child, hidden) for child in node.children)
+    return out
+
+
+class _Count:
+    """Live bytes of the blocks allocated inside the metered block, by pointer, and their peak."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[int, int] = {}
+        self.live = 0
+        self.peak = 0
+
+    def allocate(self, ptr: int, size: int) -> None:
+        self.blocks[ptr] = size
+        self.live += size
+        self.peak = max(self.peak, self.live)
+
+    def free(self, ptr: int) -> None:
+        self.live -= self.blocks.pop(ptr, 0)
+
+
+def _phases_from_events(results, labels: list[str], device: torch.device) -> tuple[tuple[Phase, ...], int]:
+    """Replay the profiler's allocation events and marks in time order into phases; also return the
+    peak bytes of remat's own bookkeeping (allocated inside ``untracked()``), which is not counted."""
+    events = []  # (time ns, kind, payload): kind 0 = mark (index), 1 = allocation (ptr, bytes, hidden)
+    for node, hidden in _flatten(results.experimental_event_tree()):
+        fields = node.extra_fields
+        if isinstance(fields, torch._C._profiler._ExtraFields_Allocation):
+            if fields.device.type == device.type:
+                events.append((node.start_time_ns, 1, (fields.ptr, fields.alloc_size, hidden)))
+        elif node.name.startswith(_MARK):
+            events.append((node.start_time_ns, 0, int(node.name[len(_MARK) :])))
+    events.sort(key=lambda e: (e[0], e[1]))
+    counted, bookkeeping = _Count(), _Count()
+    phases, start, index = [], 0, 0
+    for _, kind, payload in events:
+        if kind == 0:
+            phases.append(Phase(labels[index], start, counted.peak, counted.live))
+            index, start, counted.peak = payload, counted.live, counted.live
+            continue
+        ptr, size, hidden = payload
+        if size > 0:
+            (bookkeeping if hidden else counted).allocate(ptr, size)
+        else:  # a free of memory that existed before the block is in neither count
+            counted.free(ptr)
+            bookkeeping.free(ptr)
+    phases.append(Phase(labels[index], start, counted.peak, counted.live))
+    return tuple(phases), bookkeeping.peak
+
+
+__all__ = ["AllocatorMeter", "LivePhases", "Phase", "tensor_meter"]

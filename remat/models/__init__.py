@@ -1,0 +1,2 @@
+"""Where models come from: module specs, library models (transformers, torchvision, timm), inputs
+(docs/architecture.md)."""

@@ -1,0 +1,213 @@
+"""Load a user's model (``pkg.module:factory``, or a library model ``transformers:gpt2`` built from
+a config, see :mod:`remat.models.hub`), build example inputs (float, or integer token ids), and
+cut the model into a chain proven equal to it (for the CLI; docs/models.md)."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from remat.schedules import RematError
+
+_DTYPES = {
+    "float32": torch.float32,
+    "float": torch.float32,
+    "float64": torch.float64,
+    "double": torch.float64,
+    "float16": torch.float16,
+    "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+_INT_DTYPES = {"int64": torch.int64, "long": torch.int64, "int32": torch.int32, "int": torch.int32}
+
+
+def load_model(spec: str, config: dict[str, Any] | None = None) -> nn.Module:
+    """Import ``pkg.module`` and call ``factory()`` from ``"pkg.module:factory"`` (with ``config`` as
+    keyword arguments), or build a library model (``transformers:gpt2``); one-line errors."""
+    from remat.models.hub import build_library_model, is_library_spec
+
+    if is_library_spec(spec):
+        return build_library_model(spec, config)
+    if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
+        raise RematError(f"--model: expected 'package.module:factory', got {spec!r}")
+    module_name, factory_name = spec.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        raise RematError(f"--model: cannot import module '{module_name}' ({error})") from None
+    except Exception as error:  # noqa: BLE001 - the user's module failed while importing
+        raise RematError(f"--model: importing '{module_name}' failed: {type(error).__name__}: {error}") from None
+    factory = getattr(module, factory_name, None)
+    if factory is None:
+        raise RematError(f"--model: module '{module_name}' has no attribute '{factory_name}'")
+    if isinstance(factory, nn.Module):
+        return factory
+    if not callable(factory):
+        raise RematError(f"--model: '{spec}' is a {type(factory).__name__}, not a factory or a module")
+    try:
+        model = factory(**(config or {}))
+    except Exception as error:  # noqa: BLE001 - the user's factory raised
+        raise RematError(f"--model: {spec}() raised {type(error).__name__}: {error}") from None
+    if not isinstance(model, nn.Module):
+        raise RematError(f"--model: {spec}() returned a {type(model).__name__}, not a torch.nn.Module")
+    return model
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """``"32,3,224,224"`` -> ``(32, 3, 224, 224)``; positive integers only."""
+    try:
+        shape = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        shape = ()
+    if not shape or any(d <= 0 for d in shape):
+        raise RematError(f"--input-shape: expected comma-separated positive integers like 32,3,224,224, got {text!r}")
+    return shape
+
+
+def parse_dtype(text: str) -> torch.dtype:
+    """``"float32"`` etc. -> a torch dtype."""
+    dtype = _DTYPES.get(text.lower().replace("torch.", ""))
+    if dtype is None:
+        raise RematError(f"--dtype: unknown dtype {text!r} (use one of {', '.join(sorted(_DTYPES))})")
+    return dtype
+
+
+def resolve_device(text: str | None) -> torch.device:
+    """``cuda``/``cpu``/``None`` (CUDA when available) -> a device; error if CUDA is asked for but absent."""
+    if text is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        raise RematError(f"--device: unknown device {text!r} (use cuda or cpu)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RematError("--device: CUDA was asked for but torch sees no CUDA device")
+    if device.type not in ("cuda", "cpu"):
+        raise RematError(f"--device: unsupported device {text!r} (use cuda or cpu)")
+    return device
+
+
+def parse_input_dtype(text: str | None) -> torch.dtype | None:
+    """``--input-dtype``: ``int64``/``int32`` (token ids) or a float dtype; None: the model's dtype."""
+    if text is None:
+        return None
+    dtype = _INT_DTYPES.get(text.lower().replace("torch.", ""))
+    if dtype is not None:
+        return dtype
+    try:
+        return parse_dtype(text)
+    except RematError:
+        names = ", ".join(sorted({*_INT_DTYPES, *_DTYPES}))
+        raise RematError(f"--input-dtype: unknown dtype {text!r} (use one of {names})") from None
+
+
+def parse_input_range(text: str | None) -> tuple[int, int] | None:
+    """``--input-range 0,50257`` -> ``(0, 50257)``: integer inputs are drawn from [low, high)."""
+    if text is None:
+        return None
+    try:
+        low, high = (int(part) for part in text.split(","))
+    except ValueError:
+        raise RematError(f"--input-range: expected LOW,HIGH integers like 0,50257, got {text!r}") from None
+    if high <= low:
+        raise RematError(f"--input-range: HIGH must be above LOW, got {text!r}")
+    return low, high
+
+
+def model_options(args: Any) -> dict[str, Any]:
+    """The CLI's ``--config``/``--input-dtype``/``--input-range`` as keyword arguments of :func:`build`."""
+    from remat.models.hub import parse_config
+
+    return {
+        "config": parse_config(getattr(args, "config", None)),
+        "input_dtype": parse_input_dtype(getattr(args, "input_dtype", None)),
+        "input_range": parse_input_range(getattr(args, "input_range", None)),
+    }
+
+
+def _example_input(
+    model: nn.Module,
+    shape: Sequence[int],
+    device: torch.device,
+    dtype: torch.dtype,
+    input_range: tuple[int, int] | None,
+) -> torch.Tensor:
+    if dtype.is_floating_point:
+        if input_range is not None:
+            raise RematError("--input-range: applies to integer inputs (--input-dtype int64)")
+        return torch.randn(*shape, device=device, dtype=dtype)
+    if input_range is None:
+        from remat.models.hub import vocab_size
+
+        vocab = vocab_size(model)
+        if vocab is None:
+            raise RematError("--input-range: integer inputs need a range, e.g. --input-range 0,1000")
+        input_range = (0, vocab)
+    return torch.randint(input_range[0], input_range[1], tuple(shape), device=device, dtype=dtype)
+
+
+def build(
+    spec: str,
+    shape: Sequence[int],
+    device: torch.device,
+    dtype: torch.dtype,
+    seed: int = 0,
+    config: dict[str, Any] | None = None,
+    input_dtype: torch.dtype | None = None,
+    input_range: tuple[int, int] | None = None,
+) -> tuple[nn.Module, torch.Tensor]:
+    """The model (train mode, on ``device``/``dtype``) and an example input of ``shape``: random
+    normal, or integers in ``input_range`` (default ``[0, vocab_size)`` for a Hugging Face model)
+    when ``input_dtype`` is an integer type."""
+    torch.manual_seed(seed)
+    model = load_model(spec, config).to(device=device, dtype=dtype).train()
+    x = _example_input(model, shape, device, input_dtype or dtype, input_range)
+    return model, x
+
+
+def chain_for(model: nn.Module, x: torch.Tensor) -> nn.Module:
+    """``model`` as a chain proven equal to it on ``x`` (docs/models.md).
+
+    The stages a model states (``remat_stages()``, ``nn.Sequential``, a module list) or that a
+    name-based hint of :func:`remat.trace.chain.as_chain` finds are used when the proof shows
+    them equal to the model; a stated cut that differs is refused. Any other model, or one whose
+    hinted cut differs (timm's ``act1`` stem, say), is cut from its traced forward
+    (:mod:`remat.trace.cut`), which is proven too. Errors are one line.
+    """
+    from remat.trace.chain import Chain, as_chain
+    from remat.trace.proof import cut_model, prove_chain
+
+    stated = isinstance(model, (Chain, nn.Sequential, nn.ModuleList)) or hasattr(model, "remat_stages")
+    try:
+        hinted = as_chain(model)
+    except RematError:
+        if stated:
+            raise
+        hinted = None
+    if hinted is not None:
+        try:
+            prove_chain(model, hinted, x)
+            return hinted
+        except RematError:
+            if stated:
+                raise
+    chain = cut_model(model, (x,), {})
+    chain.bind(x)
+    return chain
+
+
+__all__ = [
+    "build",
+    "chain_for",
+    "load_model",
+    "model_options",
+    "parse_dtype",
+    "parse_input_dtype",
+    "parse_input_range",
+    "parse_shape",
+    "resolve_device",
+]

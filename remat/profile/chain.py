@@ -1,0 +1,320 @@
+"""Measure a model, cut into a chain of stages, into a :class:`ChainProfile` (docs/formats.md).
+
+Per stage i, on its input a_i (the previous stage's output for the example input):
+
+* ``forward_ms``: the fastest of ``repeats`` forwards (after ``warmup``), the mean of the recording
+  and the non-recording forward; ``backward_ms``: the fastest of ``repeats`` backwards. CUDA events
+  on GPU, ``time.perf_counter`` on CPU. Milliseconds. The minimum, because load from other
+  processes only adds time. Stages are timed in sequence, inside whole-chain passes (a store-all
+  step, stage by stage, and a no-grad forward), not each in a loop of its own: a stage timed alone
+  on the same data finds warm caches that a real step does not (on CPU that made the sum of stage
+  times ~30% lower than a plain step). The thread count is recorded in the metadata (``threads``).
+* ``output_size``: bytes of a_{i+1}'s storage.
+* ``saved_size``: bytes newly held after the recording forward: the distinct storages autograd
+  saves for the stage's backward (``torch.autograd.graph.saved_tensors_hooks`` sees each one) plus
+  the output's, or what the allocator still holds after the forward if that is more; storages that
+  existed before the forward (the input a_i, parameters, buffers) are not counted.
+* ``forward_overhead`` (recording forward, F_all), ``forward_nograd_overhead`` (non-recording
+  forward, F_ck/F_n) and ``backward_overhead``: the allocator's peak during the op above what it
+  leaves behind (for the backward: above the memory before it + the input gradient g_i). Measured
+  with :class:`~remat.measure.allocator.AllocatorMeter` (the c10 CPU allocator, or the CUDA caching
+  allocator), so buffers kernels allocate inside themselves (oneDNN, cuDNN workspaces) are part of
+  the transients, in the same conditions as the replay: parameter gradients pre-allocated (so their
+  transients are counted), the output and its gradient held through the backward.
+* ``param_size``: bytes of the stage's parameters.
+
+The model is left as it was: buffers (BatchNorm running statistics), parameter gradients and the
+RNG state are restored.
+
+**Meta device** (a model and input on ``device="meta"``): autograd runs on meta tensors (shapes,
+no data, no compute), so every tensor size above is measured exactly, by
+:class:`~remat.measure.memory.StorageTracker` counting meta storages (kernel-internal buffers do
+not exist there), for a model of any size in
+seconds. Nothing can be timed there: pass ``stage_times`` (a callable giving each stage's
+estimated ``(forward_ms, backward_ms)``, e.g. :class:`remat.profile.flops.FlopTimeEstimate`);
+without it the times are 0. ``stage_times`` also replaces the timing on real devices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+
+from remat.measure.allocator import AllocatorMeter
+from remat.measure.memory import allocation_size, storage_key, untracked
+from remat.measure.timing import StageTimer, time_ms
+from remat.profile.options import with_measured_options
+from remat.profile.stage import ModelState, existing_storages, record_and_backward_memory
+from remat.runtime.core import grad_leaf
+from remat.schedules import ChainProfile, RematError, Stage
+from remat.trace.chain import Chain, as_chain
+
+_MEMORY_SOURCE = {
+    "cuda": "cuda allocator (max_memory_allocated)",
+    "cpu": "c10 cpu allocator (torch.profiler memory events)",
+    "meta": "remat StorageTracker (live storages of meta tensors: exact sizes, no data)",
+}
+
+
+def profile_stage(
+    stage: nn.Module, x: torch.Tensor, name: str, repeats: int = 5, warmup: int = 2, timed: bool = True
+) -> tuple[Stage, torch.Tensor, int]:
+    """Profile one stage on input ``x``; return its :class:`Stage`, its output (no graph) and the
+    transient bytes of its non-recording forward.
+
+    The caller restores buffers/RNG (see :func:`profile_chain`); parameter gradients are expected
+    to be pre-allocated.
+    """
+    device = x.device
+    x = x.detach()
+    pre_existing, input_bytes = existing_storages(stage, x)
+
+    def forward_nograd():
+        with torch.no_grad():
+            return stage(x)
+
+    def forward_record():
+        with torch.enable_grad():
+            leaf = grad_leaf(x)
+            return leaf, stage(leaf)
+
+    def backward(state):
+        leaf, out, grad = state
+        if out.requires_grad:
+            torch.autograd.backward(out, grad)
+
+    def backward_setup():
+        leaf, out = forward_record()
+        return leaf, out, torch.ones_like(out)
+
+    for _ in range(max(0, warmup)):
+        forward_nograd()
+        backward(backward_setup())
+
+    # memory: non-recording forward, as the allocator sees it (kernel-internal buffers included)
+    with AllocatorMeter(device) as meter:
+        out = forward_nograd()
+    if not isinstance(out, torch.Tensor):
+        raise RematError(f"stage '{name}': returns a {type(out).__name__}; a chain stage must return one tensor")
+    if storage_key(out) in pre_existing:
+        raise RematError(f"stage '{name}': its output is a view of its input or a parameter; merge it with a neighbour")
+    output_size = allocation_size(out.untyped_storage().nbytes(), device)
+    nograd_overhead = max(0, meter.peak_bytes - output_size)
+
+    saved_size, forward_overhead, backward_overhead = record_and_backward_memory(
+        forward_record, backward, pre_existing, input_bytes, device
+    )
+
+    forward_ms = backward_ms = 0.0  # timed by time_chain, in sequence
+    if timed:
+        forward_ms = 0.5 * (time_ms(forward_nograd, device, repeats) + time_ms(forward_record, device, repeats))
+        backward_ms = time_ms(backward, device, repeats, setup=backward_setup)
+    params = {storage_key(p): p for p in stage.parameters()}
+    param_size = sum(p.numel() * p.element_size() for p in params.values())
+    record = Stage(
+        name=name,
+        forward_ms=forward_ms,
+        backward_ms=backward_ms,
+        output_size=output_size,
+        saved_size=max(saved_size, output_size),
+        forward_overhead=int(forward_overhead),
+        forward_nograd_overhead=int(nograd_overhead),
+        backward_overhead=int(backward_overhead),
+        param_size=int(param_size),
+    )
+    return record, out.detach(), nograd_overhead
+
+
+def time_chain(chain: Chain, x: torch.Tensor, repeats: int) -> tuple[list[float], list[float]]:
+    """Per-stage (forward_ms, backward_ms): minimum over ``repeats`` whole-chain passes (see :func:`time_ms`).
+
+    Each pass runs a no-grad forward through all stages, then a recording forward through all
+    stages and the backwards n-1 .. 0 (a store-all step), timing every stage where it runs.
+    forward_ms is the mean of the no-grad and recording minima.
+    """
+    device = x.device
+    n = len(chain)
+    nograd: list[list[float]] = [[] for _ in range(n)]
+    record: list[list[float]] = [[] for _ in range(n)]
+    backward: list[list[float]] = [[] for _ in range(n)]
+    timer = StageTimer(device)
+    for _ in range(max(1, repeats)):
+        inp = x.detach()
+        with torch.no_grad():
+            for i, stage in enumerate(chain.stages):
+                begin = timer.start()
+                inp = stage(inp)
+                timer.stop(i, begin)
+        timer.collect(nograd)
+        inp = x.detach()
+        held = []
+        for i, stage in enumerate(chain.stages):
+            leaf = grad_leaf(inp)
+            begin = timer.start()
+            with torch.enable_grad():
+                out = stage(leaf)
+            timer.stop(i, begin)
+            held.append((leaf, out))
+            inp = out.detach()
+        timer.collect(record)
+        grad = torch.ones_like(held[-1][1])
+        for i in reversed(range(n)):
+            leaf, out = held.pop()
+            begin = timer.start()
+            if out.requires_grad and grad is not None:
+                torch.autograd.backward(out, grad)
+            timer.stop(i, begin)
+            grad = leaf.grad if leaf.requires_grad else None
+            del leaf, out
+        timer.collect(backward)
+    forward_ms = [0.5 * (min(a) + min(b)) for a, b in zip(nograd, record, strict=True)]
+    return forward_ms, [float(min(b)) for b in backward]
+
+
+def profile_chain(
+    model: nn.Module | Sequence[nn.Module] | Chain,
+    example_input: torch.Tensor,
+    name: str | None = None,
+    repeats: int = 5,
+    warmup: int = 2,
+    progress: bool = False,
+    stage_times: Callable[[int, str, nn.Module, torch.Tensor], tuple[float, float]] | None = None,
+    timing_note: str | None = None,
+    options: bool = False,
+) -> ChainProfile:
+    """Profile every stage of ``model`` (cut by :func:`as_chain`) on ``example_input``.
+
+    Times in milliseconds, sizes in bytes. The model must already be on the input's device; it is
+    left unchanged (buffers, gradients, RNG restored). ``stage_times(index, name, stage, stage_input)``,
+    if given, supplies each stage's ``(forward_ms, backward_ms)`` instead of timing it (required
+    for real times on the meta device, see the module docstring); ``timing_note`` then says how
+    in the metadata's ``timing``. ``options``: also measure each stage's recording options
+    (:mod:`remat.profile.options`).
+    """
+    chain = as_chain(model)
+    device = example_input.device
+    meta = device.type == "meta"
+    state = ModelState(chain, device)
+    estimated: list[tuple[float, float]] = []
+    try:
+        state.zero_grads()
+        x = example_input.detach()
+        for _ in range(0 if meta else max(0, warmup)):  # whole-model warm-up: thread pools, allocator, kernel caches
+            out = chain(x)
+            if out.requires_grad:
+                out.backward(torch.ones_like(out))
+            del out
+        stages = []
+        iterator = range(len(chain))
+        if progress:
+            from tqdm import tqdm
+
+            iterator = tqdm(iterator, desc="profiling stages", unit="stage")
+        for i in iterator:
+            if stage_times is not None:
+                fwd, bwd = stage_times(i, chain.names[i], chain.stages[i], x)
+                estimated.append((float(fwd), float(bwd)))
+            record, x, _ = profile_stage(
+                chain.stages[i], x, chain.names[i], repeats=repeats, warmup=0 if meta else warmup, timed=False
+            )
+            stages.append(record)
+        if stage_times is not None:
+            forward_ms = [f for f, _ in estimated]
+            backward_ms = [b for _, b in estimated]
+        elif meta:  # nothing runs on meta: sizes only
+            forward_ms = backward_ms = [0.0] * len(chain)
+        else:
+            forward_ms, backward_ms = time_chain(chain, example_input, repeats)
+        stages = [
+            dataclasses.replace(s, forward_ms=f, backward_ms=b)
+            for s, f, b in zip(stages, forward_ms, backward_ms, strict=True)
+        ]
+    finally:
+        state.restore()
+    batch = int(example_input.shape[0]) if example_input.dim() > 0 else 1
+    label = name or f"{type(model).__name__.lower()}-b{batch}-{device.type}"
+    if stage_times is not None:
+        timing = timing_note or "estimated by a stage_times callable"
+    elif meta:
+        timing = "none (meta device: nothing is computed; all times 0)"
+    else:
+        timing = ("cuda events" if device.type == "cuda" else "perf_counter") + ", minimum, stages timed in sequence"
+    if device.type == "cuda":
+        device_name = torch.cuda.get_device_name(device)
+    elif meta:
+        device_name = "meta (shapes only, no compute)"
+    else:
+        device_name = f"cpu ({torch.get_num_threads()} threads)"
+    metadata = {
+        "device": device_name,
+        "device_type": device.type,
+        "dtype": str(example_input.dtype).replace("torch.", ""),
+        "batch_size": batch,
+        "input_shape": list(example_input.shape),
+        "torch": torch.__version__,
+        "timing": timing,
+        "repeats": repeats,
+        "threads": torch.get_num_threads(),
+        "memory": _MEMORY_SOURCE.get(device.type, _MEMORY_SOURCE["cpu"]),
+    }
+    if chain.compiled_label is not None:  # replayed compiled too (RematChain checks)
+        metadata["compiled"] = chain.compiled_label
+    profile = ChainProfile(
+        name=label,
+        input_size=allocation_size(example_input.untyped_storage().nbytes(), device),
+        stages=tuple(stages),
+        metadata=metadata,
+    )
+    if options:
+        profile = with_measured_options(chain, example_input, profile, repeats)
+    return profile
+
+
+def check_profile_matches(profile: ChainProfile, model: nn.Module | Chain, x: torch.Tensor) -> None:
+    """Refuse, with a one-line :class:`RematError`, a profile measured on another model or input.
+
+    Checked: the stage count, the input's shape, dtype and device type (from the metadata
+    :func:`profile_chain` records; absent keys are not checked), the input's bytes, and every
+    stage's output bytes on ``x`` (one no-grad forward; buffers and RNG are restored).
+    """
+    chain = as_chain(model)
+    meta = profile.metadata
+    where = f"profile '{profile.name}'"
+    if profile.length != len(chain):
+        raise RematError(f"{where} has {profile.length} stages, but the model has {len(chain)}")
+    shape, dtype = meta.get("input_shape"), meta.get("dtype")
+    if shape is not None and [int(d) for d in shape] != list(x.shape):
+        raise RematError(
+            f"{where} was measured on an input of shape {_shape(shape)}, not {_shape(x.shape)}: "
+            "profile the model on this input"
+        )
+    if dtype is not None and str(dtype) != str(x.dtype).replace("torch.", ""):
+        raise RematError(f"{where} was measured on {dtype} inputs, not {str(x.dtype).replace('torch.', '')}")
+    if meta.get("device_type", x.device.type) != x.device.type:
+        raise RematError(f"{where} was measured on {meta['device_type']}, not {x.device.type}: profile it there")
+    if profile.input_size != allocation_size(x.untyped_storage().nbytes(), x.device):
+        raise RematError(f"{where}: input_size {profile.input_size} bytes does not match this input")
+    state = ModelState(chain, x.device)
+    try:
+        with torch.no_grad(), untracked():
+            a = x.detach()
+            for i, (stage, record) in enumerate(zip(chain.stages, profile.stages, strict=True)):
+                a = stage(a)
+                size = allocation_size(a.untyped_storage().nbytes(), x.device)
+                if size != record.output_size:
+                    raise RematError(
+                        f"{where}: stage {i} ('{record.name}') outputs {size} bytes here, "
+                        f"{record.output_size} in the profile: it was measured on another model"
+                    )
+    finally:
+        state.restore()
+
+
+def _shape(shape: Sequence[int]) -> str:
+    return "x".join(str(int(d)) for d in shape)
+
+
+__all__ = ["check_profile_matches", "profile_chain", "profile_stage", "time_chain", "time_ms"]

@@ -1,0 +1,93 @@
+"""The per-stage measurement that the chain profiler, the options profiler and the batch profiles
+share: the model state a measurement must leave as it found, the storages that existed before a
+forward, and one metered recording forward with its backward. Sizes in bytes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from remat.measure.allocator import AllocatorMeter
+from remat.measure.memory import allocation_size, storage_key, untracked
+
+
+class ModelState:
+    """Snapshot of what profiling could change: buffers, parameter gradients, RNG (CPU, and the
+    device's on CUDA); :meth:`restore` puts them back."""
+
+    def __init__(self, module: nn.Module, device: torch.device) -> None:
+        self.module = module
+        with untracked(), torch.no_grad():
+            self.buffers = [(b, b.detach().clone()) for b in module.buffers()]
+        self.grads = [(p, p.grad) for p in module.parameters()]
+        self.cpu_rng = torch.get_rng_state()
+        self.cuda_rng = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+        self.device = device
+
+    def zero_grads(self) -> None:
+        """Pre-allocate zeroed gradients (the replay's measurement condition) without touching the originals."""
+        with untracked():
+            for p, _ in self.grads:
+                if p.requires_grad:
+                    p.grad = torch.zeros_like(p)
+
+    def restore(self) -> None:
+        for b, saved in self.buffers:
+            b.data.copy_(saved)
+        for p, grad in self.grads:
+            p.grad = grad
+        torch.set_rng_state(self.cpu_rng)
+        if self.cuda_rng is not None:
+            torch.cuda.set_rng_state(self.cuda_rng, self.device)
+
+
+def existing_storages(stage: nn.Module, x: torch.Tensor) -> tuple[set, int]:
+    """(the storages of ``stage``'s parameters and buffers and of its input ``x``, which a forward
+    does not allocate; the allocator's bytes of ``x``, what its gradient g_i will take)."""
+    existing = {storage_key(t) for t in (*stage.parameters(), *stage.buffers(), x)}
+    return existing, allocation_size(x.untyped_storage().nbytes(), x.device)
+
+
+def record_and_backward_memory(
+    forward_record: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+    backward: Callable[[tuple], None],
+    pre_existing: set,
+    input_bytes: int,
+    device: torch.device,
+) -> tuple[int, int, int]:
+    """(saved_size, forward_overhead, backward_overhead) in bytes, from one metered recording
+    forward (saved tensors seen by hooks) and its backward. ``pre_existing``: storage keys
+    (:func:`~remat.measure.memory.storage_key`) not to count, from :func:`existing_storages`."""
+    saved: dict = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        key = storage_key(t)
+        if key is not None and key not in pre_existing and t.device.type == device.type:
+            saved[key] = allocation_size(t.untyped_storage().nbytes(), device)
+        return t
+
+    with AllocatorMeter(device) as meter:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            leaf, rec_out = forward_record()
+        saved[storage_key(rec_out)] = allocation_size(rec_out.untyped_storage().nbytes(), device)
+        meter.mark("output gradient")
+        grad_out = torch.ones_like(rec_out)
+        meter.mark("backward")
+        backward((leaf, rec_out, grad_out))
+        gradient_bytes = input_bytes if leaf.requires_grad else 0
+        del leaf, rec_out, grad_out
+    record, _, back = meter.phases
+    # what stays allocated after the recording forward is what F_all holds (abar); the allocator
+    # may see more than the saved tensors (buffers a kernel keeps for its backward), never less.
+    # The simulator's B adds g_i = a_i's size; with no input gradient (token ids) that is an
+    # over-estimate of input_bytes, which the overhead cannot go below 0 to compensate.
+    return (
+        max(sum(saved.values()), record.end),
+        max(0, record.peak - record.end),
+        max(0, back.peak - back.start - gradient_bytes),
+    )
+
+
+__all__ = ["ModelState", "existing_storages", "record_and_backward_memory"]

@@ -1,0 +1,2 @@
+"""Running a schedule on the real model (chain or graph) and comparing it with the prediction
+(docs/architecture.md)."""

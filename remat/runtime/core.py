@@ -1,0 +1,336 @@
+"""What the chain replay and the graph replay share: recomputing a piece exactly, handing the
+output gradient back, and delivering parameter gradients the way the caller's backward asks.
+
+A *piece* is what a replay runs as one unit (a chain stage, or a piece of a traced graph). Both
+replays (:mod:`remat.replay.chain`, :mod:`remat.replay.graph`) keep their own op
+semantics and use this module for everything a recomputation must preserve (docs/executor.md,
+"What a recomputation preserves"), as ``torch.utils.checkpoint`` does for its segments:
+
+* the autocast state of every device type (enabled flag, dtype) and the autocast cache flag,
+  captured at the piece's first forward in the step and re-entered for every recomputation, so a
+  bf16-autocast recompute runs in bf16 even when the backward runs outside ``torch.autocast``;
+* the RNG state of the CPU and of every accelerator device the step uses, saved before the
+  piece's first forward and restored for each recomputation of *every* piece (no list of random
+  ops: a piece that draws from any generator redraws the same numbers); the global RNG is left
+  where it was;
+* the piece's buffers (BatchNorm running statistics): restored after a recomputation, so they are
+  updated once per step;
+* how a piece reads an input it differentiates: under autocast through :func:`grad_input`, a
+  non-leaf alias of the leaf that collects the gradient, because autocast caches its casts of leaves that require
+  grad (meant for weights, for the whole autocast region): a piece reading the leaf itself would
+  cast an activation once for all its bf16 uses and sum their gradients in bf16, where the plain
+  model casts each use and sums in fp32 (BERT's layer input feeds q, k and v: 6e-6 off);
+* parameter gradients: :class:`ReplayFunction` takes the parameters as inputs, and
+  :class:`GradSink` asks autograd's engine, per parameter, what the running backward wants:
+  accumulate into ``.grad`` (``loss.backward()``, ``backward(inputs=...)``; done inside, one piece
+  at a time, through autograd's own ``AccumulateGrad``, so its hooks fire and no extra gradient
+  memory is held), return it (``torch.autograd.grad``: summed over pieces and returned by the
+  Function, so the engine hands it to the caller), or leave it alone (not asked for).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch.autograd.graph import _get_grad_fn_or_grad_acc
+
+from remat.measure.memory import notify_resized, untracked
+from remat.schedules import RematError
+
+# Device types torch.autocast knows besides "cpu"; only those whose backend is present are used.
+_AUTOCAST_TYPES = ("cpu", "cuda", "xpu", "mps", "hpu", "mtia", "xla")
+
+
+@dataclass(frozen=True)
+class AutocastState:
+    """Autocast as a piece's first forward saw it: (device type, enabled, dtype) per device type."""
+
+    devices: tuple[tuple[str, bool, torch.dtype], ...]
+    cache_enabled: bool
+
+    @staticmethod
+    def current() -> AutocastState:
+        """The calling thread's autocast state."""
+        devices = tuple(
+            (kind, torch.is_autocast_enabled(kind), torch.get_autocast_dtype(kind))
+            for kind in _AUTOCAST_TYPES
+            if torch.amp.is_autocast_available(kind)
+        )
+        return AutocastState(devices, torch.is_autocast_cache_enabled())
+
+    @contextlib.contextmanager
+    def entered(self) -> Iterator[None]:
+        """Run under exactly this state (disabled types are entered disabled: the backward may run
+        inside the caller's own ``torch.autocast``)."""
+        with contextlib.ExitStack() as stack:
+            for kind, enabled, dtype in self.devices:
+                stack.enter_context(
+                    torch.autocast(kind, dtype=dtype, enabled=enabled, cache_enabled=self.cache_enabled)
+                )
+            yield
+
+
+def _device_module(device: torch.device):
+    return getattr(torch, device.type)
+
+
+@dataclass(frozen=True)
+class RngState:
+    """The CPU generator's state and that of each accelerator device in ``devices``."""
+
+    cpu: torch.Tensor
+    devices: tuple[tuple[torch.device, torch.Tensor], ...]
+
+    @staticmethod
+    def current(devices: Sequence[torch.device]) -> RngState:
+        with untracked():  # generator states are not activations
+            cpu = torch.get_rng_state()
+            states = tuple((d, _device_module(d).get_rng_state(d.index)) for d in devices)
+        return RngState(cpu, states)
+
+    def same_as(self, other: RngState | None) -> bool:
+        """Whether ``other`` holds the same generator states (then one copy serves both)."""
+        return (
+            other is not None
+            and torch.equal(self.cpu, other.cpu)
+            and len(self.devices) == len(other.devices)
+            and all(a == c and torch.equal(b, d) for (a, b), (c, d) in zip(self.devices, other.devices, strict=True))
+        )
+
+    def restore(self) -> None:
+        torch.set_rng_state(self.cpu)
+        for device, state in self.devices:
+            _device_module(device).set_rng_state(state, device.index)
+
+
+def accelerator_devices(tensors: Iterable[torch.Tensor]) -> tuple[torch.device, ...]:
+    """The distinct non-CPU devices among ``tensors`` (whose generators a recompute must replay)."""
+    found: dict[torch.device, None] = {}
+    for t in tensors:
+        if t.device.type not in ("cpu", "meta"):
+            device = t.device if t.device.index is not None else torch.device(t.device.type, 0)
+            found.setdefault(device, None)
+    return tuple(found)
+
+
+class BufferSnapshots:
+    """Preallocated copies of each piece's buffers (no allocation during a step once made)."""
+
+    def __init__(self) -> None:
+        self._snapshots: dict[int, list[torch.Tensor]] = {}
+
+    def get(self, key: int, buffers: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        snaps = self._snapshots.get(key)
+        if snaps is None or any(
+            s.shape != b.shape or s.dtype != b.dtype or s.device != b.device
+            for s, b in zip(snaps, buffers, strict=True)
+        ):
+            with untracked(), torch.no_grad():
+                snaps = [b.detach().clone() for b in buffers]
+            self._snapshots[key] = snaps
+        return snaps
+
+
+class Recomputer:
+    """Per-step record of each recomputed piece's first forward (RNG, autocast), and the context that
+    makes a later run of the piece a faithful recomputation.
+
+    ``recomputed``: the pieces the schedule runs forward more than once (only those need a
+    record: store-all holds nothing the plain step does not); ``buffers(key)`` lists a piece's
+    buffers.
+    """
+
+    def __init__(
+        self,
+        devices: Sequence[torch.device],
+        recomputed: Iterable[int],
+        buffers: Callable[[int], Sequence[torch.Tensor]],
+        snapshots: BufferSnapshots,
+    ) -> None:
+        self.devices = tuple(devices)
+        self.recomputed = frozenset(recomputed)
+        self._buffers = buffers
+        self._snapshots = snapshots
+        self._first: dict[int, tuple[RngState, AutocastState]] = {}
+        self._last: RngState | None = None
+
+    @contextlib.contextmanager
+    def running(self, key: int) -> Iterator[None]:
+        """Wrap every forward of piece ``key``: remember the first, replay it for the others."""
+        if key not in self._first:
+            if key in self.recomputed:
+                rng = RngState.current(self.devices)
+                if rng.same_as(self._last):  # no draw since the last record: share its copy
+                    rng = self._last
+                self._last = rng
+                self._first[key] = (rng, AutocastState.current())
+            yield
+            return
+        rng, autocast = self._first[key]
+        buffers = list(self._buffers(key))
+        snaps = self._snapshots.get(key, buffers)
+        for buffer, snap in zip(buffers, snaps, strict=True):
+            snap.copy_(buffer.data)
+        rng_now = RngState.current(self.devices)
+        rng.restore()
+        try:
+            with autocast.entered():
+                yield
+        finally:
+            # through .data: the recomputed graph may have saved a buffer (BatchNorm saves its
+            # running stats); restoring must not bump the version counter autograd checks.
+            for buffer, snap in zip(buffers, snaps, strict=True):
+                buffer.data.copy_(snap)
+            rng_now.restore()
+
+
+def release_output_grad(g: torch.Tensor | None, output: weakref.ref | None) -> None:
+    """Free the storage of the output gradient autograd handed the Function's backward, if nobody
+    but autograd's own argument tuple can see it (the simulator frees it at its last use, but
+    autograd keeps its tuple until the Function's backward returns)."""
+    if g is None:
+        return
+    held = output() if output is not None else None
+    if held is not None and held.retains_grad:
+        return
+    if g._is_view() or g.untyped_storage().nbytes() != g.numel() * g.element_size():
+        return
+    storage = g.untyped_storage()  # this Python storage object holds one reference itself
+    if torch._C._storage_Use_Count(storage._cdata) != 2:
+        return
+    with contextlib.suppress(RuntimeError):
+        storage.resize_(0)
+        notify_resized(g)
+
+
+def _engine_wants(param: torch.Tensor) -> str:
+    """'accumulate', 'return' or 'skip': what the running backward does with ``param``'s gradient."""
+    node = _get_grad_fn_or_grad_acc(param)
+    try:
+        return "accumulate" if torch._C._will_engine_execute_node(node) else "skip"
+    except RuntimeError:
+        # torch raises exactly for a leaf that torch.autograd.grad captures (it is not executed)
+        return "return"
+
+
+class GradSink:
+    """How one backward of a replay delivers parameter gradients (see the module docstring).
+
+    ``params`` are the Function's parameter inputs; ``needed`` the Function's
+    ``ctx.needs_input_grad`` for them.
+    """
+
+    def __init__(self, params: Sequence[torch.Tensor], needed: Sequence[bool]) -> None:
+        self.params = list(params)
+        self._mode = {
+            id(p): (_engine_wants(p) if need else "skip") for p, need in zip(self.params, needed, strict=True)
+        }
+        # In the common case (loss.backward()) every parameter accumulates: the inner backward
+        # then needs no ``inputs=`` (parameters reached through other modules' hooks, e.g. FSDP's
+        # unsharded ones, accumulate as autograd finds them).
+        self.everything = all(m == "accumulate" for m in self._mode.values())
+        self._returned: dict[int, torch.Tensor] = {}
+
+    def targets(self, params: Iterable[torch.Tensor]) -> list[torch.Tensor]:
+        """The parameters among ``params`` whose gradient this backward produces."""
+        return [p for p in params if self._mode.get(id(p), "skip") != "skip"]
+
+    @contextlib.contextmanager
+    def collecting(self, params: Sequence[torch.Tensor]) -> Iterator[None]:
+        """Around one inner ``torch.autograd.backward(..., inputs=[..., *params])``: the gradients of
+        parameters the caller wants *returned* are taken from ``.grad`` into the sink, and the
+        caller's ``.grad`` is left as it was."""
+        returned = [p for p in params if self._mode.get(id(p)) == "return"]
+        kept = [p.grad for p in returned]
+        for p in returned:
+            p.grad = None
+        try:
+            yield
+        finally:
+            for p, grad in zip(returned, kept, strict=True):
+                new, p.grad = p.grad, grad
+                if new is not None:
+                    old = self._returned.get(id(p))
+                    self._returned[id(p)] = new if old is None else old + new
+
+    def returned(self) -> tuple[torch.Tensor | None, ...]:
+        """The Function's gradient outputs for its parameter inputs."""
+        return tuple(self._returned.pop(id(p), None) for p in self.params)
+
+
+class ReplayFunction(torch.autograd.Function):
+    """The autograd node of one replayed step: ``forward`` runs the schedule's forward phase,
+    ``backward`` the rest. Inputs: the step, a 0-byte anchor (keeps the node in the graph when
+    nothing else requires grad), the number of model inputs, the model inputs, the parameters.
+
+    The step object provides ``forward_phase() -> Tensor`` and
+    ``backward_phase(grad_output, sink) -> tuple`` (one gradient or None per model input).
+    """
+
+    @staticmethod
+    def forward(ctx, step, anchor: torch.Tensor, count: int, *tensors: torch.Tensor) -> torch.Tensor:
+        ctx.step = step
+        ctx.count = count
+        return step.forward_phase()
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor):
+        step = ctx.step
+        ctx.step = None
+        if step is None:
+            raise RematError("executor: backward through a remat step twice is not supported (no retain_graph)")
+        needed = ctx.needs_input_grad[3:]
+        sink = GradSink(step.params, needed[ctx.count :])
+        input_grads = step.backward_phase(grad_output, sink)
+        input_grads = tuple(g if need else None for g, need in zip(input_grads, needed[: ctx.count], strict=True))
+        return (None, None, None, *input_grads, *sink.returned())
+
+
+def grad_leaf(x: torch.Tensor, grad: bool = True) -> torch.Tensor:
+    """``x`` detached, as the leaf a stage's recording forward starts from: it requires grad when
+    ``grad`` and its dtype can carry one (floating or complex; token ids cannot)."""
+    leaf = x.detach()
+    if grad and (leaf.is_floating_point() or leaf.is_complex()):
+        leaf.requires_grad_(True)
+    return leaf
+
+
+def grad_input(leaf: torch.Tensor) -> torch.Tensor:
+    """What a piece reads for ``leaf`` (a detached input that requires grad): under autocast a view
+    of it, so that autocast treats it as the activation it is and does not cache its casts (see
+    the module docstring); it shares the leaf's storage and the gradient reaches ``leaf.grad``
+    unchanged. Without autocast, the leaf itself (nothing is cast; the measured profile holds)."""
+    kind = leaf.device.type
+    if not (leaf.requires_grad and torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)):
+        return leaf
+    with torch.enable_grad():  # a view made under no_grad would cut the piece off the leaf
+        return leaf.view_as(leaf)
+
+
+def trainable_params(modules: Iterable[torch.nn.Module]) -> list[torch.nn.Parameter]:
+    """Distinct parameters that require grad, in first-seen order (tied weights once)."""
+    found: dict[int, torch.nn.Parameter] = {}
+    for module in modules:
+        for p in module.parameters():
+            if p.requires_grad:
+                found.setdefault(id(p), p)
+    return list(found.values())
+
+
+__all__ = [
+    "grad_leaf",
+    "AutocastState",
+    "BufferSnapshots",
+    "GradSink",
+    "Recomputer",
+    "ReplayFunction",
+    "RngState",
+    "accelerator_devices",
+    "grad_input",
+    "release_output_grad",
+    "trainable_params",
+]

@@ -1,0 +1,373 @@
+"""Prove a cut model equal to the user's model before anything runs it (docs/models.md).
+
+One training step of each, from the same state and RNG: the outputs, every parameter gradient
+and every buffer (BatchNorm running statistics) after the step must be ``torch.equal`` (bit for
+bit on CPU fp32). A cut that differs is refused with one line naming the first stage whose value
+differs. The models are left as they were (buffers, gradients and RNG restored).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch import nn
+
+from remat.schedules import RematError
+from remat.trace.chain import Chain
+from remat.trace.cut import CutChain, TrainingStep, cut_step
+from remat.trace.fuse import fuse_unsaved_handoffs
+
+
+class _Saved:
+    """Buffers, parameter gradients and RNG of ``module``, to put back after a trial step."""
+
+    def __init__(self, module: nn.Module) -> None:
+        with torch.no_grad():
+            self.buffers = [(b, b.detach().clone()) for b in module.buffers()]
+        self.grads = [(p, p.grad) for p in module.parameters()]
+        self.rng = torch.get_rng_state()
+        self.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+
+    def reset(self) -> None:
+        """Back to the saved state, with parameter gradients cleared (``None``) for a fresh step."""
+        with torch.no_grad():
+            for b, saved in self.buffers:
+                b.copy_(saved)
+        for p, _ in self.grads:
+            p.grad = None
+        torch.set_rng_state(self.rng)
+        if self.cuda_rng is not None:
+            torch.cuda.set_rng_state_all(self.cuda_rng)
+
+    def restore(self) -> None:
+        self.reset()
+        for p, grad in self.grads:
+            p.grad = grad
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """Output (detached), parameter gradients and buffers after one step."""
+
+    output: torch.Tensor
+    grads: tuple[torch.Tensor | None, ...]
+    buffers: tuple[torch.Tensor, ...]
+
+
+def _weight(output: torch.Tensor) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(0)  # fixed, so both steps differentiate the same sum
+    return torch.randn(output.shape, generator=generator, dtype=torch.float64).to(output)
+
+
+def one_step(module: nn.Module, run: Callable[[], torch.Tensor]) -> StepResult:
+    """``out = run()``; backward of ``out`` (a scalar) or of ``(out * r).sum()`` with a fixed ``r``."""
+    out = run()
+    if not isinstance(out, torch.Tensor) or not out.is_floating_point():
+        raise RematError("model: the training step must return a floating-point tensor (the loss or the output)")
+    if out.requires_grad:
+        (out if out.dim() == 0 else (out * _weight(out)).sum()).backward()
+    with torch.no_grad():
+        grads = tuple(None if p.grad is None else p.grad.detach().clone() for p in module.parameters())
+        buffers = tuple(b.detach().clone() for b in module.buffers())
+    return StepResult(out.detach(), grads, buffers)
+
+
+def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
+
+
+def _first_difference(module: nn.Module, ref: StepResult, got: StepResult) -> str | None:
+    if not _same(ref.output, got.output):
+        return "output"
+    names = [n for n, _ in module.named_parameters()]
+    for name, a, b in zip(names, ref.grads, got.grads, strict=True):
+        if not _same(a, b):
+            return f"gradient of parameter '{name}'"
+    buffer_names = [n for n, _ in module.named_buffers()]
+    for name, a, b in zip(buffer_names, ref.buffers, got.buffers, strict=True):
+        if not _same(a, b):
+            return f"buffer '{name}' after one step"
+    return None
+
+
+class _Recorder(fx.Interpreter):
+    """Runs the whole traced graph and keeps the values of the chosen nodes."""
+
+    def __init__(self, gm: fx.GraphModule, keep: set[str]) -> None:
+        super().__init__(gm)
+        self.keep = keep
+        self.kept: dict[str, Any] = {}
+
+    def run_node(self, n: fx.Node) -> Any:
+        value = super().run_node(n)
+        if n.name in self.keep and isinstance(value, torch.Tensor):
+            self.kept[n.name] = value.detach().clone()
+        return value
+
+
+def _stage_outputs(chain: Chain, run: Callable[[], torch.Tensor]) -> list[torch.Tensor | None]:
+    outputs: list[torch.Tensor | None] = [None] * len(chain)
+
+    def hook(index: int) -> Callable[..., None]:
+        def record(_module: nn.Module, _inputs: Any, output: Any) -> None:
+            if isinstance(output, torch.Tensor):
+                outputs[index] = output.detach().clone()
+
+        return record
+
+    handles = [stage.register_forward_hook(hook(i)) for i, stage in enumerate(chain.stages)]
+    try:
+        with torch.no_grad():
+            run()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return outputs
+
+
+def _locate_cut(step: TrainingStep, chain: CutChain, saved: _Saved, args: tuple, kwargs: dict, target: Any) -> str:
+    """The first stage whose output differs from the traced graph's value at that point."""
+    plan_ = chain.plan
+    cuts = [n.name for n in plan_.handoffs]
+    leaves = torch.utils._pytree.tree_leaves((args, kwargs, target))
+    values = []
+    for node in (n for n in plan_.gm.graph.nodes if n.op == "placeholder"):
+        source = plan_.sources[node]
+        values.append(leaves[source.index] if source.kind == "input" else source.value)
+    saved.reset()
+    recorder = _Recorder(plan_.gm, set(cuts))
+    with torch.no_grad():
+        traced = recorder.run(*values)
+        saved.reset()
+        reference = step(args, kwargs, target)
+    traced_out = torch.utils._pytree.tree_leaves(traced)[0]
+    if not _same(traced_out.detach(), reference.detach()):
+        return "the traced program itself (TorchDynamo's graph differs from the eager model)"
+    saved.reset()
+    got = _stage_outputs(chain, lambda: chain.run(*args, target=target, **kwargs))
+    for name, node, value in zip(chain.names, cuts, got, strict=True):
+        if value is None or not _same(recorder.kept.get(node), value):
+            return f"stage '{name}'"
+    saved.reset()
+    traced_step = one_step(step, lambda: torch.utils._pytree.tree_leaves(plan_.gm(*values))[0])
+    saved.reset()
+    eager_step = one_step(step, lambda: step(args, kwargs, target))
+    if _first_difference(step, eager_step, traced_step) is not None:
+        return (
+            "the traced program itself: TorchDynamo's graph takes another code path than the eager model, with"
+            " equal outputs but other gradients (Hugging Face models do so when no token is padded: eager then"
+            " skips the causal mask and the trace cannot; give the model remat_stages() to cut it by hand)"
+        )
+    saved.reset()
+    return f"stage '{_locate_backward(step, chain, plan_.gm, values, args, kwargs, target, saved)}' (its backward)"
+
+
+class _GradRecorder(fx.Interpreter):
+    """Runs the whole traced graph and records the gradients that reach the chosen nodes' values."""
+
+    def __init__(self, gm: fx.GraphModule, keep: set[str], grads: dict[str, torch.Tensor]) -> None:
+        super().__init__(gm)
+        self.keep = keep
+        self.grads = grads
+
+    def run_node(self, n: fx.Node) -> Any:
+        value = super().run_node(n)
+        if n.name in self.keep and isinstance(value, torch.Tensor) and value.requires_grad:
+            value.register_hook(_keeper(self.grads, n.name))
+        return value
+
+
+def _keeper(grads: dict, key: Any) -> Callable[[torch.Tensor], None]:
+    def keep(grad: torch.Tensor) -> None:
+        grads[key] = grad.detach().clone()
+
+    return keep
+
+
+def _chain_grads(chain: CutChain, run: Callable[[], torch.Tensor], grads: dict) -> Callable[[], torch.Tensor]:
+    """``run`` with each stage's output gradient recorded into ``grads[stage index]``."""
+
+    def hook(index: int) -> Callable[..., None]:
+        def record(_module: nn.Module, _inputs: Any, output: Any) -> None:
+            if isinstance(output, torch.Tensor) and output.requires_grad:
+                output.register_hook(_keeper(grads, index))
+
+        return record
+
+    def hooked() -> torch.Tensor:
+        handles = [stage.register_forward_hook(hook(i)) for i, stage in enumerate(chain.stages)]
+        try:
+            return run()
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    return hooked
+
+
+def _locate_backward(
+    step: TrainingStep, chain: CutChain, gm: fx.GraphModule, values: list, args: tuple, kwargs: dict, target: Any,
+    saved: _Saved,
+) -> str:  # fmt: skip
+    """The stage whose backward first (from the loss down) differs from the traced graph's, when
+    every stage's forward is equal: stage ``k`` receives an equal gradient for its output and hands
+    on another one for its input, or (if no hand-off gradient differs) makes other gradients for
+    parameters only it uses."""
+    handoffs = [n.name for n in chain.plan.handoffs]
+    traced_grads: dict[str, torch.Tensor] = {}
+    recorder = _GradRecorder(gm, set(handoffs), traced_grads)
+    traced = one_step(step, lambda: torch.utils._pytree.tree_leaves(recorder.run(*values))[0])
+    saved.reset()
+    chain_grads: dict[int, torch.Tensor] = {}
+    cut = one_step(step, _chain_grads(chain, lambda: chain.run(*args, target=target, **kwargs), chain_grads))
+    for k in range(len(handoffs) - 2, -1, -1):
+        if not _same(traced_grads.get(handoffs[k]), chain_grads.get(k)):
+            return chain.names[k + 1]
+    owner: dict[int, int] = {}
+    for k, stage in enumerate(chain.stages):
+        for p in stage.parameters():
+            owner[id(p)] = k if owner.get(id(p), k) == k else -1  # -1: used by several stages
+    differing = [
+        owner.get(id(p), -1)
+        for p, a, b in zip(step.parameters(), traced.grads, cut.grads, strict=True)
+        if not _same(a, b)
+    ]
+    return chain.names[max((k for k in differing if k >= 0), default=len(chain.names) - 1)]
+
+
+def prove_cut(step: TrainingStep, chain: CutChain, args: tuple, kwargs: dict, target: Any = None) -> None:
+    """Refuse (one-line :class:`RematError`) unless ``chain`` trains exactly like ``step``."""
+    saved = _Saved(step)
+    try:
+        saved.reset()
+        ref = one_step(step, lambda: step(args, kwargs, target))
+        saved.reset()
+        try:
+            got = one_step(step, lambda: chain.run(*args, target=target, **kwargs))
+        except RuntimeError as error:
+            first = (str(error).strip().splitlines() or ["?"])[0]
+            raise RematError(f"model: the cut {type(step.model).__name__} fails to run ({first}); refused") from None
+        what = _first_difference(step, ref, got)
+        if what is not None:
+            where = _locate_cut(step, chain, saved, args, kwargs, target)
+            raise RematError(
+                f"model: the cut {type(step.model).__name__} computes a different {what}; first difference at "
+                f"{where}; refused (a model is only run in a form proven equal to the user's)"
+            )
+    finally:
+        saved.restore()
+
+
+def cut_model(
+    model: nn.Module, args: tuple, kwargs: dict, loss: Callable[..., torch.Tensor] | None = None, target: Any = None
+) -> CutChain:
+    """Trace, cut and prove ``model``'s training step on the example ``(args, kwargs)``."""
+    step = TrainingStep(model, loss)
+    saved = _Saved(step)
+    try:
+        with torch.no_grad():
+            step(args, kwargs, target)  # eager first: bad inputs and outputs fail here, in plain terms
+        saved.reset()
+        chain = fuse_unsaved_handoffs(cut_step(step, args, kwargs, target), args, kwargs, target)
+    finally:
+        saved.restore()
+    prove_cut(step, chain, args, kwargs, target)
+    return chain
+
+
+_Call = tuple[int, int, int, Any, torch.Tensor]
+
+
+def _leaf_calls(modules: list[nn.Module], run: Callable[[], Any], stages: list[nn.Module] | None = None) -> list[_Call]:
+    """Every call of a leaf module during ``run()``: (stage running or -1, module id, how many calls
+    of that module came before, first input, output)."""
+    calls: list[_Call] = []
+    counts: dict[int, int] = {}
+    current = [-1]
+
+    def record(module: nn.Module, inputs: Any, output: Any) -> None:
+        if isinstance(output, torch.Tensor):
+            key = id(module)
+            first = inputs[0].detach().clone() if inputs and isinstance(inputs[0], torch.Tensor) else None
+            calls.append((current[0], key, counts.get(key, 0), first, output.detach().clone()))
+            counts[key] = counts.get(key, 0) + 1
+
+    def enter(index: int) -> Callable[..., None]:
+        def pre(_module: nn.Module, _inputs: Any) -> None:
+            current[0] = index
+
+        return pre
+
+    handles = [m.register_forward_hook(record) for m in modules]
+    handles += [s.register_forward_pre_hook(enter(i)) for i, s in enumerate(stages or [])]
+    try:
+        with torch.no_grad():
+            run()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return calls
+
+
+def _locate_chain(holder: nn.Module, model: nn.Module, chain: Chain, x: torch.Tensor, saved: _Saved) -> str:
+    """The first stage that hands on a value the model does not compute there: its last leaf-module
+    call's output, or the input of the next stage's first call, differs from the same call (same
+    module, same call number) in ``model(x)``."""
+    leaves = [m for m in holder.modules() if not list(m.children())]
+    saved.reset()
+    original = {(key, count): (arg, out) for _, key, count, arg, out in _leaf_calls(leaves, lambda: model(x))}
+    saved.reset()
+    first: dict[int, _Call] = {}
+    last: dict[int, _Call] = {}
+    for call in _leaf_calls(leaves, lambda: chain(x), list(chain.stages)):
+        first.setdefault(call[0], call)
+        last[call[0]] = call
+    missing = (None, None)
+    for index, name in enumerate(chain.names):
+        if index in first and index > 0:
+            _, key, count, arg, _ = first[index]
+            if not _same(original.get((key, count), missing)[0], arg):
+                return f"stage '{chain.names[index - 1]}'"
+        if index in last:
+            _, key, count, _, out = last[index]
+            if not _same(original.get((key, count), missing)[1], out):
+                return f"stage '{name}'"
+    return f"stage '{chain.names[-1]}'"
+
+
+def prove_chain(model: nn.Module, chain: Chain, x: torch.Tensor) -> None:
+    """Refuse unless a chain made of ``model``'s own modules (``as_chain``'s name-based cuts, a
+    ``remat_stages()`` list) trains exactly like ``model(x)``. The first stage that differs is
+    found by comparing each stage's last leaf-module call with the same call (same module, same
+    call number) in the model's own forward."""
+    if chain is model:
+        return
+    holder = nn.ModuleList([model, chain])
+    saved = _Saved(holder)
+    try:
+        saved.reset()
+        ref = one_step(holder, lambda: model(x))
+        saved.reset()
+        try:
+            got = one_step(holder, lambda: chain(x))
+        except RuntimeError as error:
+            first = (str(error).strip().splitlines() or ["?"])[0]
+            raise RematError(f"model: the chain cut from {type(model).__name__} fails to run ({first})") from None
+        what = _first_difference(holder, ref, got)
+        if what is not None:
+            where = _locate_chain(holder, model, chain, x, saved)
+            raise RematError(
+                f"model: the chain cut from {type(model).__name__} computes a different {what}; first difference"
+                f" at {where}; refused (a model is only run in a form proven equal to the user's)"
+            )
+    finally:
+        saved.restore()
+
+
+__all__ = ["StepResult", "cut_model", "one_step", "prove_chain", "prove_cut"]
