@@ -15,8 +15,16 @@ from typing import Any
 import torch
 from torch import nn
 
+from remat.measure.memory import storage_bytes
+from remat.profile.chain import profile_chain
+from remat.replay.chain import RematChain
+from remat.replay.report import compare
+from remat.runtime.compiled import compile_chain
 from remat.schedules import ChainProfile, RematError, Schedule
 from remat.schedules.units import parse_size
+from remat.solver.chain.store_all import store_all_peak
+from remat.solver.registry import solve
+from remat.trace.proof import cut_model
 
 
 def _split_inputs(example_inputs: Any) -> tuple[tuple, dict]:
@@ -53,8 +61,6 @@ class RematModel(nn.Module):
 
     def __init__(self, chain: Any, schedule: Schedule, profile: ChainProfile, example: tuple) -> None:
         super().__init__()
-        from remat.replay.chain import RematChain
-
         self.chain = chain
         self.replay = RematChain(chain, schedule, profile)
         self.schedule = schedule
@@ -66,9 +72,6 @@ class RematModel(nn.Module):
 
     def with_budget(self, budget: int | float | str, strategy: str | None = None) -> RematModel:
         """The same model, profile and example, solved again for another ``budget`` (no re-profiling)."""
-        from remat.solver.chain.store_all import store_all_peak
-        from remat.solver.registry import solve
-
         bytes_ = resolve_budget(budget, store_all_peak(self.profile))
         schedule = solve(self.profile, bytes_, strategy or self.schedule.strategy)
         return RematModel(self.chain, schedule, self.profile, self._example)
@@ -76,8 +79,6 @@ class RematModel(nn.Module):
     def report(self, steps: int = 3, warmup: int = 1) -> Any:
         """Predicted vs measured peak memory (bytes) and step time (ms) on the example input
         (:func:`remat.replay.report.compare`); print it with ``.table()``."""
-        from remat.replay.report import compare
-
         args, kwargs, target = self._example
         x = self.chain.bind(*args, target=target, **kwargs)
         return compare(self.profile, self.schedule, self.replay, x, steps=steps, warmup=warmup)
@@ -85,13 +86,8 @@ class RematModel(nn.Module):
 
 def _side_bytes(chain: Any, x: torch.Tensor) -> int:
     """Bytes of the side values held for a call besides the inputs (masks, rotary tables, ...)."""
-    seen = {x.untyped_storage().data_ptr()}
-    total = 0
-    for value in chain.context.values.values():
-        if isinstance(value, torch.Tensor) and value.untyped_storage().data_ptr() not in seen:
-            seen.add(value.untyped_storage().data_ptr())
-            total += value.untyped_storage().nbytes()
-    return total
+    tensors = [v for v in chain.context.values.values() if isinstance(v, torch.Tensor)]
+    return storage_bytes(x, *tensors) - storage_bytes(x)
 
 
 def checkpoint(
@@ -123,19 +119,12 @@ def checkpoint(
             stage within a tolerance, for profiling and replay alike
             (:func:`remat.runtime.compiled.compile_chain`; docs/executor.md, "Compiled stages").
     """
-    from remat.profile.chain import profile_chain
-    from remat.solver.chain.store_all import store_all_peak
-    from remat.solver.registry import solve
-    from remat.trace.proof import cut_model
-
     if not isinstance(model, nn.Module):
         raise RematError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
     args, kwargs = _split_inputs(example_inputs)
     chain = cut_model(model, args, kwargs, loss=loss, target=target)
     x = chain.bind(*args, target=target, **kwargs)
     if compile:
-        from remat.runtime.compiled import compile_chain
-
         chain = compile_chain(chain, x)
     batch = int(x.shape[0]) if x.dim() > 0 else 1
     profile = profile_chain(

@@ -9,6 +9,7 @@ and the user's own source line, instead of a traceback or a misleading "internal
 from __future__ import annotations
 
 import os
+import sys
 import types
 
 from remat.schedules import RematError
@@ -17,8 +18,6 @@ _REMAT_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def _torch_dir() -> str | None:
-    import sys
-
     torch = sys.modules.get("torch")
     return os.path.dirname(os.path.abspath(torch.__file__)) if torch is not None else None
 
@@ -32,8 +31,6 @@ def _frames(tb: types.TracebackType | None):
 def where_in_model(error: BaseException) -> str | None:
     """``stage 'x', in Conv2d, at model.py:12`` for an exception raised while a torch module ran,
     or None when no module is on the traceback (then it is not the model's error)."""
-    import sys
-
     nn = getattr(sys.modules.get("torch"), "nn", None)
     if nn is None:
         return None

@@ -266,6 +266,12 @@ def allocation_size(nbytes: int, device: str | torch.device) -> int:
     return nbytes
 
 
+def allocated_bytes(tensor: torch.Tensor, device: str | torch.device | None = None) -> int:
+    """Bytes ``tensor``'s whole storage occupies on ``device`` (default: the tensor's own):
+    :func:`allocation_size` of the storage's ``nbytes()``."""
+    return allocation_size(tensor.untyped_storage().nbytes(), tensor.device if device is None else device)
+
+
 def active_trackers() -> tuple[StorageTracker, ...]:
     """The trackers currently counting (innermost last)."""
     return tuple(_ACTIVE)
@@ -316,6 +322,7 @@ __all__ = [
     "CudaMeter",
     "MemoryEvent",
     "StorageTracker",
+    "allocated_bytes",
     "allocation_size",
     "memory_meter",
     "notify_resized",

@@ -44,10 +44,10 @@ import torch
 from torch import nn
 
 from remat.measure.allocator import AllocatorMeter
-from remat.measure.memory import allocation_size, storage_key, untracked
+from remat.measure.memory import allocated_bytes, storage_key, untracked
 from remat.measure.timing import StageTimer, time_ms
 from remat.profile.options import with_measured_options
-from remat.profile.stage import ModelState, existing_storages, record_and_backward_memory
+from remat.profile.stage import ModelState, existing_storages, record_and_backward_memory, recorded, run_backward
 from remat.runtime.core import grad_leaf
 from remat.schedules import ChainProfile, RematError, Stage
 from remat.trace.chain import Chain, as_chain
@@ -81,18 +81,10 @@ def profile_stage(
             leaf = grad_leaf(x)
             return leaf, stage(leaf)
 
-    def backward(state):
-        leaf, out, grad = state
-        if out.requires_grad:
-            torch.autograd.backward(out, grad)
-
-    def backward_setup():
-        leaf, out = forward_record()
-        return leaf, out, torch.ones_like(out)
-
+    backward_setup = recorded(forward_record)
     for _ in range(max(0, warmup)):
         forward_nograd()
-        backward(backward_setup())
+        run_backward(backward_setup())
 
     # memory: non-recording forward, as the allocator sees it (kernel-internal buffers included)
     with AllocatorMeter(device) as meter:
@@ -101,17 +93,17 @@ def profile_stage(
         raise RematError(f"stage '{name}': returns a {type(out).__name__}; a chain stage must return one tensor")
     if storage_key(out) in pre_existing:
         raise RematError(f"stage '{name}': its output is a view of its input or a parameter; merge it with a neighbour")
-    output_size = allocation_size(out.untyped_storage().nbytes(), device)
+    output_size = allocated_bytes(out, device)
     nograd_overhead = max(0, meter.peak_bytes - output_size)
 
     saved_size, forward_overhead, backward_overhead = record_and_backward_memory(
-        forward_record, backward, pre_existing, input_bytes, device
+        forward_record, run_backward, pre_existing, input_bytes, device
     )
 
     forward_ms = backward_ms = 0.0  # timed by time_chain, in sequence
     if timed:
         forward_ms = 0.5 * (time_ms(forward_nograd, device, repeats) + time_ms(forward_record, device, repeats))
-        backward_ms = time_ms(backward, device, repeats, setup=backward_setup)
+        backward_ms = time_ms(run_backward, device, repeats, setup=backward_setup)
     params = {storage_key(p): p for p in stage.parameters()}
     param_size = sum(p.numel() * p.element_size() for p in params.values())
     record = Stage(
@@ -174,6 +166,91 @@ def time_chain(chain: Chain, x: torch.Tensor, repeats: int) -> tuple[list[float]
     return forward_ms, [float(min(b)) for b in backward]
 
 
+def _warm_up(chain: Chain, x: torch.Tensor, rounds: int) -> None:
+    """Whole-model training steps before anything is measured: thread pools, allocator, kernel caches."""
+    for _ in range(rounds):
+        out = chain(x)
+        if out.requires_grad:
+            out.backward(torch.ones_like(out))
+        del out
+
+
+def _measure_stages(
+    chain: Chain,
+    x: torch.Tensor,
+    warmup: int,
+    progress: bool,
+    stage_times: Callable[[int, str, nn.Module, torch.Tensor], tuple[float, float]] | None,
+) -> tuple[list[Stage], list[tuple[float, float]] | None]:
+    """Every stage's sizes (bytes; its times left 0), each measured on the previous stage's output
+    for ``x``, and, with ``stage_times``, each stage's estimated ``(forward_ms, backward_ms)``."""
+    stages = []
+    estimated: list[tuple[float, float]] | None = None if stage_times is None else []
+    iterator = range(len(chain))
+    if progress:
+        from tqdm import tqdm  # deferred: a progress bar only when asked for
+
+        iterator = tqdm(iterator, desc="profiling stages", unit="stage")
+    for i in iterator:
+        if estimated is not None:
+            fwd, bwd = stage_times(i, chain.names[i], chain.stages[i], x)
+            estimated.append((float(fwd), float(bwd)))
+        record, x, _ = profile_stage(chain.stages[i], x, chain.names[i], warmup=warmup, timed=False)
+        stages.append(record)
+    return stages, estimated
+
+
+def _stage_times(
+    chain: Chain, example_input: torch.Tensor, repeats: int, estimated: list[tuple[float, float]] | None
+) -> tuple[list[float], list[float]]:
+    """Per-stage (forward_ms, backward_ms): the estimates if any, zeros on meta (nothing runs
+    there), else :func:`time_chain`'s in-sequence minima."""
+    if estimated is not None:
+        return [f for f, _ in estimated], [b for _, b in estimated]
+    if example_input.device.type == "meta":
+        return [0.0] * len(chain), [0.0] * len(chain)
+    return time_chain(chain, example_input, repeats)
+
+
+def _timing(device: torch.device, estimated: bool, timing_note: str | None) -> str:
+    """The metadata's ``timing``: how the stage times were found."""
+    if estimated:
+        return timing_note or "estimated by a stage_times callable"
+    if device.type == "meta":
+        return "none (meta device: nothing is computed; all times 0)"
+    return ("cuda events" if device.type == "cuda" else "perf_counter") + ", minimum, stages timed in sequence"
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    if device.type == "meta":
+        return "meta (shapes only, no compute)"
+    return f"cpu ({torch.get_num_threads()} threads)"
+
+
+def _metadata(
+    chain: Chain, example_input: torch.Tensor, batch: int, repeats: int, estimated: bool, timing_note: str | None
+) -> dict:
+    """A chain profile's metadata: the device, the input, how times and memory were measured."""
+    device = example_input.device
+    metadata = {
+        "device": _device_name(device),
+        "device_type": device.type,
+        "dtype": str(example_input.dtype).replace("torch.", ""),
+        "batch_size": batch,
+        "input_shape": list(example_input.shape),
+        "torch": torch.__version__,
+        "timing": _timing(device, estimated, timing_note),
+        "repeats": repeats,
+        "threads": torch.get_num_threads(),
+        "memory": _MEMORY_SOURCE.get(device.type, _MEMORY_SOURCE["cpu"]),
+    }
+    if chain.compiled_label is not None:  # replayed compiled too (RematChain checks)
+        metadata["compiled"] = chain.compiled_label
+    return metadata
+
+
 def profile_chain(
     model: nn.Module | Sequence[nn.Module] | Chain,
     example_input: torch.Tensor,
@@ -198,36 +275,12 @@ def profile_chain(
     device = example_input.device
     meta = device.type == "meta"
     state = ModelState(chain, device)
-    estimated: list[tuple[float, float]] = []
     try:
         state.zero_grads()
         x = example_input.detach()
-        for _ in range(0 if meta else max(0, warmup)):  # whole-model warm-up: thread pools, allocator, kernel caches
-            out = chain(x)
-            if out.requires_grad:
-                out.backward(torch.ones_like(out))
-            del out
-        stages = []
-        iterator = range(len(chain))
-        if progress:
-            from tqdm import tqdm
-
-            iterator = tqdm(iterator, desc="profiling stages", unit="stage")
-        for i in iterator:
-            if stage_times is not None:
-                fwd, bwd = stage_times(i, chain.names[i], chain.stages[i], x)
-                estimated.append((float(fwd), float(bwd)))
-            record, x, _ = profile_stage(
-                chain.stages[i], x, chain.names[i], repeats=repeats, warmup=0 if meta else warmup, timed=False
-            )
-            stages.append(record)
-        if stage_times is not None:
-            forward_ms = [f for f, _ in estimated]
-            backward_ms = [b for _, b in estimated]
-        elif meta:  # nothing runs on meta: sizes only
-            forward_ms = backward_ms = [0.0] * len(chain)
-        else:
-            forward_ms, backward_ms = time_chain(chain, example_input, repeats)
+        _warm_up(chain, x, 0 if meta else max(0, warmup))
+        stages, estimated = _measure_stages(chain, x, 0 if meta else warmup, progress, stage_times)
+        forward_ms, backward_ms = _stage_times(chain, example_input, repeats, estimated)
         stages = [
             dataclasses.replace(s, forward_ms=f, backward_ms=b)
             for s, f, b in zip(stages, forward_ms, backward_ms, strict=True)
@@ -235,38 +288,11 @@ def profile_chain(
     finally:
         state.restore()
     batch = int(example_input.shape[0]) if example_input.dim() > 0 else 1
-    label = name or f"{type(model).__name__.lower()}-b{batch}-{device.type}"
-    if stage_times is not None:
-        timing = timing_note or "estimated by a stage_times callable"
-    elif meta:
-        timing = "none (meta device: nothing is computed; all times 0)"
-    else:
-        timing = ("cuda events" if device.type == "cuda" else "perf_counter") + ", minimum, stages timed in sequence"
-    if device.type == "cuda":
-        device_name = torch.cuda.get_device_name(device)
-    elif meta:
-        device_name = "meta (shapes only, no compute)"
-    else:
-        device_name = f"cpu ({torch.get_num_threads()} threads)"
-    metadata = {
-        "device": device_name,
-        "device_type": device.type,
-        "dtype": str(example_input.dtype).replace("torch.", ""),
-        "batch_size": batch,
-        "input_shape": list(example_input.shape),
-        "torch": torch.__version__,
-        "timing": timing,
-        "repeats": repeats,
-        "threads": torch.get_num_threads(),
-        "memory": _MEMORY_SOURCE.get(device.type, _MEMORY_SOURCE["cpu"]),
-    }
-    if chain.compiled_label is not None:  # replayed compiled too (RematChain checks)
-        metadata["compiled"] = chain.compiled_label
     profile = ChainProfile(
-        name=label,
-        input_size=allocation_size(example_input.untyped_storage().nbytes(), device),
+        name=name or f"{type(model).__name__.lower()}-b{batch}-{device.type}",
+        input_size=allocated_bytes(example_input, device),
         stages=tuple(stages),
-        metadata=metadata,
+        metadata=_metadata(chain, example_input, batch, repeats, stage_times is not None, timing_note),
     )
     if options:
         profile = with_measured_options(chain, example_input, profile, repeats)
@@ -295,7 +321,7 @@ def check_profile_matches(profile: ChainProfile, model: nn.Module | Chain, x: to
         raise RematError(f"{where} was measured on {dtype} inputs, not {str(x.dtype).replace('torch.', '')}")
     if meta.get("device_type", x.device.type) != x.device.type:
         raise RematError(f"{where} was measured on {meta['device_type']}, not {x.device.type}: profile it there")
-    if profile.input_size != allocation_size(x.untyped_storage().nbytes(), x.device):
+    if profile.input_size != allocated_bytes(x):
         raise RematError(f"{where}: input_size {profile.input_size} bytes does not match this input")
     state = ModelState(chain, x.device)
     try:
@@ -303,7 +329,7 @@ def check_profile_matches(profile: ChainProfile, model: nn.Module | Chain, x: to
             a = x.detach()
             for i, (stage, record) in enumerate(zip(chain.stages, profile.stages, strict=True)):
                 a = stage(a)
-                size = allocation_size(a.untyped_storage().nbytes(), x.device)
+                size = allocated_bytes(a, x.device)
                 if size != record.output_size:
                     raise RematError(
                         f"{where}: stage {i} ('{record.name}') outputs {size} bytes here, "

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from remat.measure.timing import time_ms
-from remat.profile.stage import ModelState, existing_storages, record_and_backward_memory
+from remat.profile.stage import ModelState, existing_storages, record_and_backward_memory, recorded, run_backward
 from remat.runtime.core import grad_leaf
 from remat.runtime.policies import applicable_policies, selective_forward
 from remat.schedules import ChainProfile, Stage, StageOption
@@ -55,24 +55,16 @@ def _measure(
         with torch.enable_grad():
             return leaf, stage(leaf) if policy is None else selective_forward(stage, leaf, policy)
 
-    def backward(state):
-        _, out, grad = state
-        if out.requires_grad:
-            torch.autograd.backward(out, grad)
-
-    def setup():
-        leaf, out = forward_record()
-        return leaf, out, torch.ones_like(out)
-
-    backward(setup())  # warm-up: the first checkpointed backward builds its caches
+    setup = recorded(forward_record)
+    run_backward(setup())  # warm-up: the first checkpointed backward builds its caches
     saved, forward_overhead, backward_overhead = record_and_backward_memory(
-        forward_record, backward, pre_existing, input_bytes, device
+        forward_record, run_backward, pre_existing, input_bytes, device
     )
 
     def sample() -> tuple[float, float]:
         state: list = []
         forward = time_ms(lambda: state.append(setup()), device, 1)
-        return forward, time_ms(backward, device, 1, setup=state.pop)
+        return forward, time_ms(run_backward, device, 1, setup=state.pop)
 
     return saved, forward_overhead, backward_overhead, sample
 

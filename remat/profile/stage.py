@@ -1,6 +1,7 @@
 """The per-stage measurement that the chain profiler, the options profiler and the batch profiles
 share: the model state a measurement must leave as it found, the storages that existed before a
-forward, and one metered recording forward with its backward. Sizes in bytes."""
+forward, the backward of a measured step, and one metered recording forward with its backward.
+Sizes in bytes."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 from torch import nn
 
 from remat.measure.allocator import AllocatorMeter
-from remat.measure.memory import allocation_size, storage_key, untracked
+from remat.measure.memory import allocated_bytes, storage_key, untracked
 
 
 class ModelState:
@@ -47,7 +48,29 @@ def existing_storages(stage: nn.Module, x: torch.Tensor) -> tuple[set, int]:
     """(the storages of ``stage``'s parameters and buffers and of its input ``x``, which a forward
     does not allocate; the allocator's bytes of ``x``, what its gradient g_i will take)."""
     existing = {storage_key(t) for t in (*stage.parameters(), *stage.buffers(), x)}
-    return existing, allocation_size(x.untyped_storage().nbytes(), x.device)
+    return existing, allocated_bytes(x)
+
+
+Recorded = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+"""A recording forward's (input leaf, output, output gradient): what :func:`run_backward` takes."""
+
+
+def run_backward(state: Recorded) -> None:
+    """The backward of one measured step (a no-op when the output needs no gradient)."""
+    _, out, grad = state
+    if out.requires_grad:
+        torch.autograd.backward(out, grad)
+
+
+def recorded(forward_record: Callable[[], tuple[torch.Tensor, torch.Tensor]]) -> Callable[[], Recorded]:
+    """A setup for timing :func:`run_backward`: ``forward_record()``'s (leaf, output) and an
+    output gradient of ones."""
+
+    def setup() -> Recorded:
+        leaf, out = forward_record()
+        return leaf, out, torch.ones_like(out)
+
+    return setup
 
 
 def record_and_backward_memory(
@@ -65,13 +88,13 @@ def record_and_backward_memory(
     def pack(t: torch.Tensor) -> torch.Tensor:
         key = storage_key(t)
         if key is not None and key not in pre_existing and t.device.type == device.type:
-            saved[key] = allocation_size(t.untyped_storage().nbytes(), device)
+            saved[key] = allocated_bytes(t, device)
         return t
 
     with AllocatorMeter(device) as meter:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             leaf, rec_out = forward_record()
-        saved[storage_key(rec_out)] = allocation_size(rec_out.untyped_storage().nbytes(), device)
+        saved[storage_key(rec_out)] = allocated_bytes(rec_out, device)
         meter.mark("output gradient")
         grad_out = torch.ones_like(rec_out)
         meter.mark("backward")
@@ -90,4 +113,4 @@ def record_and_backward_memory(
     )
 
 
-__all__ = ["ModelState", "existing_storages", "record_and_backward_memory"]
+__all__ = ["ModelState", "Recorded", "existing_storages", "record_and_backward_memory", "recorded", "run_backward"]

@@ -22,7 +22,7 @@ into with ``compile=True``: the default path stays eager and bit-exact (docs/exe
 "Compiled stages").
 
 **Caching.** Each stage and option is compiled once per grad mode (dynamo guards on it). A cut
-stage (:class:`~remat.trace.cut.CutStage`) compiles its own graph module, whose code differs
+stage (:class:`~remat.trace.stages.CutStage`) compiles its own graph module, whose code differs
 per stage; option functions share one code object, so every compiled call runs with a raised
 ``recompile_limit`` and ``fail_on_recompile_limit_hit`` (a stage silently falling back to eager
 would make the profile lie). Inductor's on-disk graph cache then makes identical blocks (a GPT-2's
@@ -43,7 +43,7 @@ from remat.runtime.core import grad_leaf
 from remat.runtime.policies import _policy, applicable_policies, restored_buffers, selective_forward
 from remat.schedules import RematError
 from remat.trace.chain import Chain, as_chain
-from remat.trace.cut import CutStage
+from remat.trace.stages import CutStage
 
 TOLERANCE = 1e-4
 """Largest compiled-vs-eager difference accepted, relative to the eager tensor's largest |value|."""
@@ -54,6 +54,7 @@ _RECOMPILE_LIMIT = 512  # per code object: option functions of every stage share
 @contextlib.contextmanager
 def _compiling(compile_threads: int) -> Iterator[None]:
     """The dynamo/inductor settings every compiled call runs under (see the module doc)."""
+    # deferred: importing dynamo's and inductor's configs takes ~2 s, paid only once a stage compiles
     import torch._dynamo.config as dynamo_config
     import torch._inductor.config as inductor_config
 

@@ -24,28 +24,25 @@ from typing import Any
 
 import torch
 
+from remat.measure.memory import storage_key
 from remat.trace.chain import Chain
-from remat.trace.cut import CutChain
-
-
-def _storage(t: torch.Tensor) -> int:
-    return t.untyped_storage().data_ptr()
+from remat.trace.stages import CutChain
 
 
 def unsaved_handoffs(chain: Chain, x: torch.Tensor) -> list[int]:
     """Indices k of the stages whose output a_{k+1} is saved neither by stage k's nor by stage
     k+1's recording forward (the last stage's output, the step's result, is never one).
 
-    Every stage's graph is kept alive through the pass, so a storage pointer is never reused
-    within it and pointer identity is storage identity. The caller restores buffers and RNG."""
-    saved_by: list[set[int]] = []
+    Storages are told apart by :func:`~remat.measure.memory.storage_key` (views share one); every
+    stage's graph is kept alive through the pass. The caller restores buffers and RNG."""
+    saved_by: list[set] = []
     held: list[tuple[torch.Tensor, torch.Tensor]] = []
     a = x.detach()
     for stage in chain.stages:
-        seen: set[int] = set()
+        seen: set = set()
 
-        def pack(t: torch.Tensor, seen: set[int] = seen) -> torch.Tensor:
-            seen.add(_storage(t))
+        def pack(t: torch.Tensor, seen: set = seen) -> torch.Tensor:
+            seen.add(storage_key(t))
             return t
 
         leaf = a.detach().requires_grad_(a.is_floating_point() or a.is_complex())
@@ -54,7 +51,7 @@ def unsaved_handoffs(chain: Chain, x: torch.Tensor) -> list[int]:
         saved_by.append(seen)
         held.append((leaf, out))
         a = out.detach()
-    outputs = [_storage(out) for _, out in held]
+    outputs = [storage_key(out) for _, out in held]
     return [k for k in range(len(held) - 1) if outputs[k] not in saved_by[k] and outputs[k] not in saved_by[k + 1]]
 
 

@@ -15,11 +15,14 @@ from typing import Any
 import torch
 import torch.fx as fx
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 from remat.schedules import RematError
+from remat.trace.capture import TrainingStep
 from remat.trace.chain import Chain
-from remat.trace.cut import CutChain, TrainingStep, cut_step
+from remat.trace.cut import cut_step
 from remat.trace.fuse import fuse_unsaved_handoffs
+from remat.trace.stages import CutChain
 
 
 class _Saved:
@@ -111,6 +114,16 @@ class _Recorder(fx.Interpreter):
         return value
 
 
+def _run_hooked(run: Callable[[], Any], handles: list[RemovableHandle]) -> None:
+    """``run()`` without grad, with the hooks of ``handles`` removed afterwards (even on an error)."""
+    try:
+        with torch.no_grad():
+            run()
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 def _stage_outputs(chain: Chain, run: Callable[[], torch.Tensor]) -> list[torch.Tensor | None]:
     outputs: list[torch.Tensor | None] = [None] * len(chain)
 
@@ -121,13 +134,7 @@ def _stage_outputs(chain: Chain, run: Callable[[], torch.Tensor]) -> list[torch.
 
         return record
 
-    handles = [stage.register_forward_hook(hook(i)) for i, stage in enumerate(chain.stages)]
-    try:
-        with torch.no_grad():
-            run()
-    finally:
-        for handle in handles:
-            handle.remove()
+    _run_hooked(run, [stage.register_forward_hook(hook(i)) for i, stage in enumerate(chain.stages)])
     return outputs
 
 
@@ -306,12 +313,7 @@ def _leaf_calls(modules: list[nn.Module], run: Callable[[], Any], stages: list[n
 
     handles = [m.register_forward_hook(record) for m in modules]
     handles += [s.register_forward_pre_hook(enter(i)) for i, s in enumerate(stages or [])]
-    try:
-        with torch.no_grad():
-            run()
-    finally:
-        for handle in handles:
-            handle.remove()
+    _run_hooked(run, handles)
     return calls
 
 

@@ -18,7 +18,9 @@ import statistics
 import torch
 from torch import nn
 
+from remat.profile.chain import profile_chain
 from remat.schedules import ChainProfile, RematError
+from remat.trace.chain import Chain
 
 INPUT_SHAPES = {"lstm": (16, 256), "lstm_small": (4, 32)}
 
@@ -93,9 +95,6 @@ def repeated_profile(model: UnrolledLSTM, state: torch.Tensor, sample: int = 6, 
     Profiles the first ``sample`` stages with :func:`remat.profile.chain.profile_chain`, checks
     that their sizes are equal (they must be: same cell, same shapes), and repeats the stage with
     the median times. Bytes, milliseconds."""
-    from remat.profile.chain import profile_chain
-    from remat.trace.chain import Chain
-
     stages = model.remat_stages()
     part = profile_chain(Chain(stages[: min(sample, len(stages))]), state, repeats=repeats)
     sizes = {(s.output_size, s.saved_size, s.forward_overhead, s.backward_overhead) for s in part.stages}

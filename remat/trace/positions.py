@@ -1,0 +1,193 @@
+"""Where a traced training step may be cut: its nodes split into side values and stage nodes, the
+cut positions among the stage nodes, and the :class:`Plan` of named stages that results
+(the rules: :mod:`remat.trace.cut`'s docstring; docs/models.md, "How a model is cut")."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch.utils import _pytree as pytree
+
+from remat.schedules import RematError
+from remat.trace.capture import TrainingStep
+from remat.trace.naming import merge_by_name
+from remat.trace.nodes import example_value, is_context, is_random, is_view, mutates, node_name
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a placeholder's value comes from at run time: ``kind`` is ``param``, ``buffer``,
+    ``input`` (``index`` into the flattened call inputs) or ``const`` (``value`` held as traced)."""
+
+    kind: str
+    index: int = -1
+    value: Any = None
+    trainable: bool = False
+
+
+def _sources(step: TrainingStep, gm: fx.GraphModule, examples: list[Any], leaves: list[Any]) -> dict[fx.Node, Source]:
+    params = {id(p): p for p in step.parameters()}
+    buffers = {id(b): b for b in step.buffers()}
+    first_leaf: dict[int, int] = {}
+    for index, leaf in enumerate(leaves):
+        if isinstance(leaf, torch.Tensor):
+            first_leaf.setdefault(id(leaf), index)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    sources: dict[fx.Node, Source] = {}
+    for node, value in zip(placeholders, examples, strict=True):
+        if id(value) in params:
+            sources[node] = Source("param", value=value, trainable=value.requires_grad)
+        elif id(value) in buffers:
+            sources[node] = Source("buffer", value=value)
+        elif id(value) in first_leaf:
+            sources[node] = Source("input", index=first_leaf[id(value)], trainable=value.requires_grad)
+        elif isinstance(value, torch.Tensor) and value.requires_grad:
+            raise RematError(f"model: it reads a tensor that requires grad but is neither a parameter nor an input "
+                             f"({node.name}); make it a parameter of the model")  # fmt: skip
+        else:
+            sources[node] = Source("const", value=value)
+    return sources
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A traced step split into side values and stages (lists of stage nodes) with their names."""
+
+    gm: fx.GraphModule
+    sources: dict[fx.Node, Source]
+    chain_input: fx.Node
+    prelude: tuple[fx.Node, ...]
+    stages: tuple[tuple[fx.Node, ...], ...]
+    names: tuple[str, ...]
+    handoffs: tuple[fx.Node, ...]  # the value each stage hands to the next; the last one's is the output
+
+    @property
+    def output(self) -> fx.Node:
+        return self.handoffs[-1]
+
+    def merged(self, k: int) -> Plan:
+        """This plan with stages ``k`` and ``k + 1`` made one (named as the later one)."""
+        stages = (*self.stages[:k], self.stages[k] + self.stages[k + 1], *self.stages[k + 2 :])
+        names = (*self.names[:k], self.names[k + 1], *self.names[k + 2 :])
+        handoffs = (*self.handoffs[:k], *self.handoffs[k + 1 :])
+        return dataclasses.replace(self, stages=stages, names=names, handoffs=handoffs)
+
+
+def _output_node(gm: fx.GraphModule) -> fx.Node:
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    values = [a for a in pytree.tree_leaves(out.args[0]) if isinstance(a, fx.Node)]
+    if len(values) != 1:
+        raise RematError(f"model: the traced step returns {len(values)} tensors; it must return one (the loss)")
+    return values[0]
+
+
+def _classify(gm: fx.GraphModule, sources: dict[fx.Node, Source], chain_input: fx.Node) -> dict[fx.Node, bool]:
+    """node -> True for stage nodes, False for side values (see :mod:`remat.trace.cut`'s docstring)."""
+    first = example_value(chain_input)
+    float_input = isinstance(first, torch.Tensor) and first.is_floating_point()
+    stage: dict[fx.Node, bool] = {}
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            source = sources[node]
+            stage[node] = source.trainable or (node is chain_input and float_input)
+        elif node.op == "get_attr":
+            stage[node] = False
+        elif node.op != "output":
+            stage[node] = (
+                any(stage.get(d, False) for d in node.all_input_nodes)
+                or mutates(node)
+                or is_random(node)
+                or is_context(node)
+            )
+    return stage
+
+
+def _cuttable(node: fx.Node, k: int, position: dict[fx.Node, int]) -> bool:
+    """A stage may end on ``node`` after position ``k``: a float tensor, not a view, and not
+    changed in place later (the next stage would change its own input, a leaf that requires grad)."""
+    value = example_value(node)
+    if not isinstance(value, torch.Tensor) or not value.is_floating_point() or is_view(node):
+        return False
+    return not any(
+        mutates(user) and user.args and user.args[0] is node and position.get(user, -1) > k for user in node.users
+    )
+
+
+def _context_depths(nodes: Sequence[fx.Node]) -> list[int]:
+    """After each node: how many grad-mode/autocast regions are open (0 = a cut is allowed)."""
+    depths, autocast, grad_off = [], 0, False
+    for node in nodes:
+        name = node_name(node) if node.op == "call_function" else ""
+        if name == "_enter_autocast":
+            autocast += 1
+        elif name == "_exit_autocast":
+            autocast -= 1
+        elif name in ("_set_grad_enabled", "set_grad_enabled") and node.args:
+            grad_off = node.args[0] is False
+        depths.append(autocast + int(grad_off))
+    return depths
+
+
+def _cut_positions(
+    order: list[fx.Node], output: fx.Node, chain_input: fx.Node, input_held: bool
+) -> list[tuple[int, fx.Node]]:
+    """Cuts ``(k, v)``: after ``order[k]``, ``v`` is the only stage value still needed (``v`` is
+    ``order[k]`` or a value that ``order[k]`` or an earlier node changed in place)."""
+    position = {n: k for k, n in enumerate(order)}
+    end = len(order)
+    closing: dict[int, list[fx.Node]] = {}
+    last_use: dict[fx.Node, int] = {}
+    for node in order:
+        uses = [position[u] for u in node.users if u in position]
+        last_use[node] = end if node is output else max(uses, default=position[node])
+        closing.setdefault(last_use[node], []).append(node)
+    held_until = -1
+    if not input_held:  # the chain input is an activation like any other: it must not cross a cut
+        held_until = max((position[u] for u in chain_input.users if u in position), default=-1)
+    depths = _context_depths(order)
+    open_values: set[fx.Node] = set()
+    cuts = []
+    for k in range(end - 1):
+        if last_use[order[k]] > k:
+            open_values.add(order[k])
+        open_values.difference_update(closing.get(k, ()))
+        if len(open_values) == 1 and depths[k] == 0 and k >= held_until:
+            (value,) = open_values
+            # a piece must compute the value it hands on: nodes that read nothing of the previous
+            # piece (a buffer's in-place counter update) join the piece after them
+            fresh = not cuts or cuts[-1][1] is not value
+            if fresh and value is not output and _cuttable(value, k, position):
+                cuts.append((k, value))
+    return cuts
+
+
+def plan(step: TrainingStep, gm: fx.GraphModule, examples: list[Any], leaves: list[Any], input_index: int) -> Plan:
+    """Split the traced step into side values and named stages (see :mod:`remat.trace.cut`'s docstring)."""
+    sources = _sources(step, gm, examples, leaves)
+    chain_input = next((n for n, s in sources.items() if s.kind == "input" and s.index == input_index), None)
+    if chain_input is None:
+        raise RematError("model: its forward does not read the first tensor input; nothing to cut")
+    output = _output_node(gm)
+    stage = _classify(gm, sources, chain_input)
+    if not stage.get(output, False):
+        raise RematError("model: its output depends on no parameter; there is nothing to train")
+    order = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output", "get_attr") and stage[n]]
+    prelude = tuple(n for n in gm.graph.nodes if n.op in ("call_function", "call_method") and not stage[n])
+    input_held = not sources[chain_input].trainable
+    cuts = _cut_positions(order, output, chain_input, input_held)
+    bounds = [-1, *(k for k, _ in cuts), len(order) - 1]
+    pieces = [order[a + 1 : b + 1] for a, b in zip(bounds, bounds[1:], strict=False)]
+    handoffs = [v for _, v in cuts] + [output]
+    weights = {n for n, s in sources.items() if s.kind in ("param", "buffer")}
+    stages, names, kept = merge_by_name(pieces, lambda n: any(d in weights for d in n.all_input_nodes))
+    return Plan(
+        gm, sources, chain_input, prelude, tuple(map(tuple, stages)), tuple(names), tuple(handoffs[k] for k in kept)
+    )
+
+
+__all__ = ["Plan", "Source", "plan"]

@@ -1,0 +1,184 @@
+"""The stages of a cut model: :class:`CutStage` (one graph module of stage nodes) and
+:class:`CutChain` (the chain of them, with the side values computed once per call by
+:meth:`CutChain.bind`), built from a :class:`~remat.trace.positions.Plan` (docs/models.md,
+"How a model is cut")."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch import nn
+from torch.utils import _pytree as pytree
+
+from remat.schedules import RematError
+from remat.trace.chain import Chain
+from remat.trace.nodes import is_context
+from remat.trace.positions import Plan
+
+
+class _Context:
+    """The side values of the current call (node name -> value), shared by the stages."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+
+
+def _attr_module(tensors: list[tuple[str, Any]]) -> nn.Module:
+    root = nn.Module()
+    for name, value in tensors:
+        if isinstance(value, nn.Parameter):
+            root.register_parameter(name, value)
+        elif isinstance(value, torch.Tensor):
+            root.register_buffer(name, value, persistent=False)
+        else:
+            setattr(root, name, value)
+    return root
+
+
+def _subgraph(
+    plan_: Plan, nodes: Sequence[fx.Node], first: fx.Node | None, out: Any, side_kinds: tuple[str, ...]
+) -> tuple[fx.GraphModule, list[str]]:
+    """A GraphModule computing ``nodes``: placeholder ``first`` (if any), then the side values it
+    reads (names returned); parameters, buffers and constants become its own attributes."""
+    inside = set(nodes)
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    attrs: list[tuple[str, Any]] = []
+    sides: list[str] = []
+    if first is not None:
+        env[first] = graph.placeholder("x")
+    needed = list(dict.fromkeys(d for n in nodes for d in n.all_input_nodes if d not in inside and d is not first))
+    for dep in needed:
+        source = plan_.sources.get(dep)
+        if source is not None and source.kind in side_kinds:
+            sides.append(dep.name)
+            env[dep] = graph.placeholder(f"side_{dep.name}")
+    for dep in needed:
+        if dep in env:
+            continue
+        source = plan_.sources.get(dep)
+        if dep.op == "get_attr":
+            value = operator.attrgetter(dep.target)(plan_.gm)
+        elif source is not None and source.kind in ("param", "buffer", "const"):
+            value = source.value
+        else:  # a side value computed before the chain (or the chain input read again)
+            sides.append(dep.name)
+            env[dep] = graph.placeholder(f"side_{dep.name}")
+            continue
+        name = f"t{len(attrs)}"
+        attrs.append((name, value))
+        env[dep] = graph.get_attr(name)
+    for node in nodes:
+        env[node] = graph.node_copy(node, lambda n: env[n])
+    graph.output(pytree.tree_map(lambda n: env[n] if isinstance(n, fx.Node) else n, out))
+    return fx.GraphModule(_attr_module(attrs), graph), sides
+
+
+class CutStage(nn.Module):
+    """One stage: ``body(x, *side values of the current call)``."""
+
+    def __init__(self, body: fx.GraphModule, sides: list[str], context: _Context) -> None:
+        super().__init__()
+        self.body = body
+        self.sides = list(sides)
+        self.context = context
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        values = self.context.values
+        return self.body(x, *[values[name] for name in self.sides])
+
+
+@dataclass(frozen=True)
+class LeafCheck:
+    """What a call's flattened inputs must look like to run the traced cut (dynamo specialised on it)."""
+
+    spec: Any
+    tensors: tuple[tuple[int, tuple[int, ...], torch.dtype, str], ...]
+    constants: tuple[tuple[int, Any], ...]
+    aliases: tuple[tuple[int, int], ...]
+
+
+def leaf_check(leaves: list[Any], spec: Any) -> LeafCheck:
+    """The :class:`LeafCheck` of the example call's flattened inputs ``leaves`` (pytree ``spec``)."""
+    tensors, constants, aliases, first = [], [], [], {}
+    for i, leaf in enumerate(leaves):
+        if isinstance(leaf, torch.Tensor):
+            tensors.append((i, tuple(leaf.shape), leaf.dtype, leaf.device.type))
+            aliases.append((i, first.setdefault(id(leaf), i)))
+        else:
+            constants.append((i, leaf))
+    return LeafCheck(spec, tuple(tensors), tuple(constants), tuple(aliases))
+
+
+class CutChain(Chain):
+    """A model cut from its traced training step: :meth:`bind` a call's inputs (computes the side
+    values, returns the chain input a_0), then run the stages on a_0 (``forward``) or replay them."""
+
+    def __init__(self, plan_: Plan, check: LeafCheck, input_index: int) -> None:
+        self.context = _Context()
+        stages = []
+        for k, nodes in enumerate(plan_.stages):
+            first = plan_.chain_input if k == 0 else plan_.handoffs[k - 1]
+            out = plan_.handoffs[k]
+            body, sides = _subgraph(plan_, nodes, first, out, side_kinds=("input",))
+            stages.append((plan_.names[k], CutStage(body, sides, self.context)))
+        super().__init__(stages)
+        side_names = {s for _, st in stages for s in st.sides}
+        wanted = [n for n in plan_.prelude if n.name in side_names]
+        context_nodes = [n for n in plan_.gm.graph.nodes if is_context(n)]
+        prelude_nodes = [n for n in plan_.gm.graph.nodes if n in set(plan_.prelude) or n in set(context_nodes)]
+        self._prelude, self._prelude_inputs = _subgraph(
+            plan_, prelude_nodes, None, tuple(wanted), side_kinds=("input",)
+        )
+        self._prelude_outputs = [n.name for n in wanted]
+        self._input_of = {n.name: s.index for n, s in plan_.sources.items() if s.kind == "input"}
+        self._check = check
+        self._input_index = input_index
+        self.plan = plan_
+
+    def bind(self, *args: Any, target: Any = None, **kwargs: Any) -> torch.Tensor:
+        """Take a call's inputs: check they match the traced example (shapes, dtypes, constants),
+        compute the side values, and return the chain input a_0."""
+        leaves, spec = pytree.tree_flatten((args, kwargs, target))
+        self._validate(leaves, spec)
+        values = {name: leaves[index] for name, index in self._input_of.items()}
+        computed = self._prelude(*[values[name] for name in self._prelude_inputs])
+        values.update(zip(self._prelude_outputs, computed, strict=True))
+        self.context.values = values
+        return leaves[self._input_index]
+
+    def run(self, *args: Any, target: Any = None, **kwargs: Any) -> torch.Tensor:
+        """``bind`` then the plain (no remat) chain: the cut model's training-step output."""
+        return self(self.bind(*args, target=target, **kwargs))
+
+    def _validate(self, leaves: list[Any], spec: Any) -> None:
+        check = self._check
+        if spec != check.spec:
+            raise RematError("inputs: not the same arguments as the example the model was cut on")
+        for i, shape, dtype, device in check.tensors:
+            leaf = leaves[i]
+            if not isinstance(leaf, torch.Tensor) or (tuple(leaf.shape), leaf.dtype, leaf.device.type) != (
+                shape,
+                dtype,
+                device,
+            ):
+                got = f"{tuple(leaf.shape)} {leaf.dtype}" if isinstance(leaf, torch.Tensor) else type(leaf).__name__
+                raise RematError(
+                    f"inputs: argument {i} is {got}, but the model was cut and profiled for {shape} {dtype};"
+                    " call remat.checkpoint again with an example of this shape"
+                )
+        for i, value in check.constants:
+            if leaves[i] != value:
+                raise RematError(f"inputs: argument {i} is {leaves[i]!r}, but the model was cut for {value!r}")
+        first: dict[int, int] = {}
+        for i, expected in check.aliases:
+            if first.setdefault(id(leaves[i]), i) != expected:
+                raise RematError("inputs: which arguments are the same tensor differs from the example")
+
+
+__all__ = ["CutChain", "CutStage", "LeafCheck", "leaf_check"]
