@@ -13,14 +13,19 @@ from torch import nn
 
 from remat.schedules import RematError
 
-_DTYPES = {
+# The one table of float dtype names (the CLI's --dtype/--input-dtype and the graph profiler's
+# ``dtype`` argument both read it through float_dtype).
+FLOAT_DTYPES = {
     "float32": torch.float32,
+    "fp32": torch.float32,
     "float": torch.float32,
     "float64": torch.float64,
     "double": torch.float64,
     "float16": torch.float16,
+    "fp16": torch.float16,
     "half": torch.float16,
     "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
 }
 _INT_DTYPES = {"int64": torch.int64, "long": torch.int64, "int32": torch.int32, "int": torch.int32}
 
@@ -68,11 +73,16 @@ def parse_shape(text: str) -> tuple[int, ...]:
     return shape
 
 
+def float_dtype(text: str) -> torch.dtype | None:
+    """The float dtype ``text`` names (``"float32"``, ``"bf16"``, ``"torch.half"``; any case), or None."""
+    return FLOAT_DTYPES.get(text.lower().replace("torch.", ""))
+
+
 def parse_dtype(text: str) -> torch.dtype:
     """``"float32"`` etc. -> a torch dtype."""
-    dtype = _DTYPES.get(text.lower().replace("torch.", ""))
+    dtype = float_dtype(text)
     if dtype is None:
-        raise RematError(f"--dtype: unknown dtype {text!r} (use one of {', '.join(sorted(_DTYPES))})")
+        raise RematError(f"--dtype: unknown dtype {text!r} (use one of {', '.join(sorted(FLOAT_DTYPES))})")
     return dtype
 
 
@@ -101,7 +111,7 @@ def parse_input_dtype(text: str | None) -> torch.dtype | None:
     try:
         return parse_dtype(text)
     except RematError:
-        names = ", ".join(sorted({*_INT_DTYPES, *_DTYPES}))
+        names = ", ".join(sorted({*_INT_DTYPES, *FLOAT_DTYPES}))
         raise RematError(f"--input-dtype: unknown dtype {text!r} (use one of {names})") from None
 
 
@@ -201,8 +211,10 @@ def chain_for(model: nn.Module, x: torch.Tensor) -> nn.Module:
 
 
 __all__ = [
+    "FLOAT_DTYPES",
     "build",
     "chain_for",
+    "float_dtype",
     "load_model",
     "model_options",
     "parse_dtype",

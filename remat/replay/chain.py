@@ -44,6 +44,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from remat.replay.matching import solved_ops
 from remat.runtime.core import (
     BufferSnapshots,
     GradSink,
@@ -239,16 +240,7 @@ class RematChain(nn.Module):
     ) -> None:
         super().__init__()
         self.chain = as_chain(model)
-        if isinstance(schedule, Schedule):
-            if profile is not None and schedule.profile_sha256 != profile.sha256:
-                raise ScheduleError(
-                    f"schedule was solved for profile '{schedule.profile}' (sha256 {schedule.profile_sha256[:12]}...),"
-                    f" not for '{profile.name}' (sha256 {profile.sha256[:12]}...)"
-                )
-            ops = schedule.ops
-        else:
-            ops = schedule
-        self.ops = check_ops_for_chain(ops, len(self.chain), profile)
+        self.ops = check_ops_for_chain(solved_ops(schedule, profile), len(self.chain), profile)
         _check_compiled(self.chain, profile)
         self.option_names = _option_names(self.ops, profile)
         first_b = next(k for k, op in enumerate(self.ops) if op[0] == "B")

@@ -9,7 +9,7 @@ A training loop uses it unchanged::
 
 Calling it runs the schedule's forward phase (the ops before ``compute grad:output``) inside a
 custom ``autograd.Function``; that Function's ``backward`` runs the remaining ops. Node kinds map
-onto tensors as the profile's mapping says (module docstring of ``graph_profile``):
+onto tensors as the profile's mapping says (module docstring of :mod:`remat.graph.profile`):
 
 * ``compute fwd:p``: run piece p recording its autograd graph (``forward_piece``); the executor
   holds the piece's outputs and, through them, its saved tensors. Inputs come from the
@@ -47,23 +47,20 @@ from typing import Any
 import torch
 from torch import nn
 
-from remat.graph.profile import (
-    GRAD_OUTPUT_NAME,
-    ConstCache,
-    GraphPlan,
-    RecordedPiece,
-    backward_piece,
-    forward_piece,
-    graph_plan,
-)
+from remat.graph.execution import ConstCache, fetch_attr
+from remat.graph.pieces import GraphPlan
+from remat.graph.profile import graph_plan
+from remat.graph.recording import RecordedPiece, backward_piece, forward_piece
+from remat.graph.sizing import GRAD_OUTPUT_NAME
+from remat.replay.matching import solved_ops
 from remat.replay.report import (
     MeteredStep,
-    OpMeasurement,
     Report,
+    build_report,
     loss_step,
     meter_step,
-    prepare_grads,
     time_steps,
+    warm_up,
 )
 from remat.runtime.core import (
     BufferSnapshots,
@@ -74,7 +71,17 @@ from remat.runtime.core import (
     release_output_grad,
     trainable_params,
 )
-from remat.schedules import GraphProfile, Op, ProfileError, RematError, Schedule, ScheduleError, parse_ops, simulate
+from remat.schedules import (
+    GraphProfile,
+    Op,
+    OpRecord,
+    ProfileError,
+    RematError,
+    Schedule,
+    ScheduleError,
+    parse_ops,
+    simulate,
+)
 
 
 def _plan_for(model: nn.Module, profile: GraphProfile) -> GraphPlan:
@@ -106,11 +113,26 @@ def _plan_for(model: nn.Module, profile: GraphProfile) -> GraphPlan:
     return plan
 
 
-def _attr(root: nn.Module, target: str) -> Any:
-    value: Any = root
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value
+def _piece_buffers(plan: GraphPlan) -> list[list[torch.Tensor]]:
+    """The buffers each piece reads (its modules' and the ``get_attr`` tensors that are not
+    parameters), each once: what a recomputation restores (BatchNorm statistics)."""
+    gm = plan.graph_module
+    nodes = {n.name: n for n in gm.graph.nodes}
+    piece_buffers: list[list[torch.Tensor]] = []
+    for piece in plan.pieces:
+        buffers: dict[int, torch.Tensor] = {}
+        for name in piece.nodes:
+            node = nodes[name]
+            if node.op == "call_module":
+                for b in gm.get_submodule(node.target).buffers():
+                    buffers.setdefault(id(b), b)
+            for arg in node.all_input_nodes:  # F.batch_norm(x, self.running_mean, ...) reads get_attr
+                if arg.op == "get_attr":
+                    value = fetch_attr(gm, arg.target)
+                    if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
+                        buffers.setdefault(id(value), value)
+        piece_buffers.append(list(buffers.values()))
+    return piece_buffers
 
 
 class _Step:
@@ -272,16 +294,7 @@ class GraphReplay(nn.Module):
         super().__init__()
         if not isinstance(profile, GraphProfile):
             raise ProfileError("profile: the graph replay needs a graph profile")
-        if isinstance(schedule, Schedule):
-            if schedule.profile_sha256 != profile.sha256:
-                raise ScheduleError(
-                    f"schedule was solved for profile '{schedule.profile}' (sha256 {schedule.profile_sha256[:12]}...),"
-                    f" not for '{profile.name}' (sha256 {profile.sha256[:12]}...)"
-                )
-            ops = schedule.ops
-        else:
-            ops = schedule
-        ops = parse_ops(list(ops))
+        ops = parse_ops(list(solved_ops(schedule, profile)))
         if any(name not in ("compute", "free") for name, _ in ops):
             raise ScheduleError("schedule: the graph replay runs graph schedules (compute, free), not chain ones")
         top = max((v for _, v in ops), default=-1)
@@ -299,21 +312,7 @@ class GraphReplay(nn.Module):
         self.backward_ops = ops[seed_position:]
         gm = self.plan.graph_module
         self.piece_params = [[gm.get_parameter(n) for n in piece.params] for piece in self.plan.pieces]
-        nodes = {n.name: n for n in gm.graph.nodes}
-        self.piece_buffers: list[list[torch.Tensor]] = []
-        for piece in self.plan.pieces:
-            buffers: dict[int, torch.Tensor] = {}
-            for name in piece.nodes:
-                node = nodes[name]
-                if node.op == "call_module":
-                    for b in gm.get_submodule(node.target).buffers():
-                        buffers.setdefault(id(b), b)
-                for arg in node.all_input_nodes:  # F.batch_norm(x, self.running_mean, ...) reads get_attr
-                    if arg.op == "get_attr":
-                        value = _attr(gm, arg.target)
-                        if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
-                            buffers.setdefault(id(value), value)
-            self.piece_buffers.append(list(buffers.values()))
+        self.piece_buffers = _piece_buffers(self.plan)
         self.grad_consumers: dict[str, list[int]] = {}
         for c, names in enumerate(self.plan.grad_inputs):
             for name in names:
@@ -369,12 +368,12 @@ class GraphMeasurement:
     predicted_peak: int
     measured_peak: int
     predicted_after: tuple[int, ...]
-    timeline: tuple[OpMeasurement, ...]
+    timeline: tuple[OpRecord, ...]
     step_ms: float
     predicted_ms: float
     device: str
     tensor_peak: int = 0
-    tensor_timeline: tuple[OpMeasurement, ...] = ()
+    tensor_timeline: tuple[OpRecord, ...] = ()
     bookkeeping_peak: int = 0
 
     @property
@@ -398,9 +397,7 @@ def measure_graph(
     device = inputs[0].device
     wrapped.train()
     step = loss_step(wrapped, inputs, [])
-    for _ in range(max(1, warmup)):
-        prepare_grads(wrapped)
-        step()
+    warm_up(wrapped, step, max(1, warmup))
     best: MeteredStep | None = None
     for _ in range(max(1, steps)):
         metered = meter_step(wrapped, step, device)
@@ -448,16 +445,13 @@ def compare_graph(
     _warn_if_threads_differ(profile, inputs[0].device)
     measured = measure_graph(wrapped, inputs, warmup=warmup, timed_steps=steps)
     predicted = simulate(profile, schedule.ops, timeline=True)
-    return Report(
-        strategy=schedule.strategy,
-        budget=schedule.budget,
-        predicted_peak=predicted.peak_memory,
+    return build_report(
+        schedule,
+        predicted,
         measured_peak=measured.measured_peak,
-        predicted_ms=predicted.compute_ms,
         measured_ms=measured.step_ms,
         steps=steps,
         device=measured.device,
-        predicted_timeline=tuple((r.memory_before, r.peak, r.memory_after) for r in predicted.timeline),
         measured_timeline=measured.timeline,
         metadata={
             "profile": profile.name,

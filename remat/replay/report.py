@@ -31,20 +31,18 @@ import torch
 from remat.measure.allocator import AllocatorMeter, LivePhases, tensor_meter
 from remat.measure.memory import allocation_size, untracked
 from remat.measure.timing import sync
+from remat.profile.chain import check_profile_matches
 from remat.replay.chain import RematChain
-from remat.schedules import ChainProfile, Schedule, simulate
-
-
-@dataclass(frozen=True)
-class OpMeasurement:
-    """Measured memory around one op (bytes, simulator accounting): before, peak during, after."""
-
-    position: int
-    op: str
-    index: int
-    memory_before: int
-    peak: int
-    memory_after: int
+from remat.runtime.policies import restored_buffers
+from remat.schedules import (
+    ChainProfile,
+    OpRecord,
+    RematError,
+    Schedule,
+    SimulationResult,
+    format_size,
+    simulate,
+)
 
 
 @dataclass(frozen=True)
@@ -62,9 +60,9 @@ class Measurement:
     step_ms: float
     steps: int
     device: str
-    timeline: tuple[OpMeasurement, ...] = ()
+    timeline: tuple[OpRecord, ...] = ()
     tensor_peak: int | None = None
-    tensor_timeline: tuple[OpMeasurement, ...] = ()
+    tensor_timeline: tuple[OpRecord, ...] = ()
     bookkeeping_peak: int = 0
 
 
@@ -98,6 +96,13 @@ def loss_step(
         loss.backward()
 
     return step
+
+
+def warm_up(wrapped: torch.nn.Module, step: Callable[[], None], count: int) -> None:
+    """``count`` unmetered runs of ``step``, each after :func:`prepare_grads`."""
+    for _ in range(count):
+        prepare_grads(wrapped)
+        step()
 
 
 def time_steps(wrapped: torch.nn.Module, step: Callable[[], None], device: torch.device, count: int) -> list[float]:
@@ -140,10 +145,7 @@ def measure_steps(
     input_bytes = allocation_size(x.untyped_storage().nbytes(), device)
     step = loss_step(wrapped, (x,), [] if weight is None else [weight])
 
-    for _ in range(max(0, warmup)):
-        prepare_grads(wrapped)
-        step()
-
+    warm_up(wrapped, step, max(0, warmup))
     peak, bookkeeping, records = -1, 0, ()
     for _ in range(max(1, steps)):
         meter, ops = _metered(wrapped, step, AllocatorMeter(device), device, timeline)
@@ -165,7 +167,7 @@ def measure_steps(
     )
 
 
-def _metered(wrapped: RematChain, step: Callable[[], None], meter, device: torch.device, timeline: bool):
+def _metered(wrapped: torch.nn.Module, step: Callable[[], None], meter, device: torch.device, timeline: bool):
     """One step under ``meter`` (a phase per op if ``timeline``); returns the meter and the ops."""
     prepare_grads(wrapped)
     sync(device)
@@ -180,8 +182,6 @@ def _metered(wrapped: RematChain, step: Callable[[], None], meter, device: torch
 def _restoring(module: torch.nn.Module, device: torch.device) -> Iterator[None]:
     """Put ``module``'s parameter gradients and buffers and the RNG (CPU, and ``device``'s if CUDA)
     back as they were when the block started: a diagnostic step leaves no trace."""
-    from remat.runtime.policies import restored_buffers
-
     with untracked(), torch.no_grad():
         grads = [(p, None if p.grad is None else p.grad.detach().clone()) for p in module.parameters()]
     cpu_rng = torch.get_rng_state()
@@ -233,8 +233,8 @@ class MeteredStep:
     peak: int
     tensor_peak: int
     bookkeeping_peak: int
-    timeline: tuple[OpMeasurement, ...]
-    tensor_timeline: tuple[OpMeasurement, ...]
+    timeline: tuple[OpRecord, ...]
+    tensor_timeline: tuple[OpRecord, ...]
 
 
 def meter_step(
@@ -250,13 +250,8 @@ def meter_step(
     pre-allocated before each run (:func:`prepare_grads`). Used by the graph replay's measurement.
     Bytes."""
     runs = []
-    for meter in (AllocatorMeter(device), tensor_meter(device)):
-        prepare_grads(wrapped)
-        sync(device)
-        ops: dict[str, tuple[int, str, int]] = {}
-        with meter, _observed(wrapped, _marking_observer((meter,), ops)):
-            step()
-            sync(device)
+    for fresh in (AllocatorMeter(device), tensor_meter(device)):
+        meter, ops = _metered(wrapped, step, fresh, device, timeline=True)
         runs.append((meter, _op_records(meter, ops, input_bytes)))
     (allocator, records), (tracker, tensor_records) = runs
     return MeteredStep(
@@ -306,9 +301,9 @@ def _observed(wrapped: torch.nn.Module, observer: Callable | None) -> Iterator[N
 
 def _op_records(
     meter: AllocatorMeter | LivePhases, ops: dict[str, tuple[int, str, int]], input_bytes: int
-) -> tuple[OpMeasurement, ...]:
+) -> tuple[OpRecord, ...]:
     return tuple(
-        OpMeasurement(*ops[p.label], p.start + input_bytes, p.peak + input_bytes, p.end + input_bytes)
+        OpRecord(*ops[p.label], p.start + input_bytes, p.peak + input_bytes, p.end + input_bytes)
         for p in meter.phases
         if p.label in ops
     )
@@ -338,7 +333,7 @@ class Report:
     steps: int
     device: str
     predicted_timeline: tuple[tuple[int, int, int], ...] = ()
-    measured_timeline: tuple[OpMeasurement, ...] = ()
+    measured_timeline: tuple[OpRecord, ...] = ()
     metadata: dict[str, Any] = field(default_factory=dict)
     measured_tensor_peak: int | None = None
     bookkeeping_peak: int = 0
@@ -383,8 +378,6 @@ class Report:
 
     def table(self) -> str:
         """The predicted-vs-measured table as printed by ``remat execute``."""
-        from remat.schedules import format_size
-
         rows = [
             ("", "predicted", "measured", "error"),
             (
@@ -409,8 +402,6 @@ class Report:
         return "\n".join(lines)
 
     def _tensor_rows(self) -> list[tuple[str, str, str, str]]:
-        from remat.schedules import format_size
-
         if self.measured_tensor_peak is None:
             return []
         error = _relative(self.measured_tensor_peak, self.predicted_peak)
@@ -420,27 +411,55 @@ class Report:
         return rows
 
 
+def build_report(
+    schedule: Schedule,
+    predicted: SimulationResult,
+    *,
+    measured_peak: int,
+    measured_ms: float,
+    steps: int,
+    device: str,
+    measured_timeline: tuple[OpRecord, ...],
+    metadata: dict[str, Any],
+    measured_tensor_peak: int | None,
+    bookkeeping_peak: int,
+) -> Report:
+    """The :class:`Report` of ``schedule``: the simulator's ``predicted`` run (its peak, time and
+    per-op timeline) next to what was measured (bytes, milliseconds); the chain's :func:`compare`
+    and the graph's ``compare_graph`` both build theirs here."""
+    return Report(
+        strategy=schedule.strategy,
+        budget=schedule.budget,
+        predicted_peak=predicted.peak_memory,
+        measured_peak=measured_peak,
+        predicted_ms=predicted.compute_ms,
+        measured_ms=measured_ms,
+        steps=steps,
+        device=device,
+        predicted_timeline=tuple((r.memory_before, r.peak, r.memory_after) for r in predicted.timeline),
+        measured_timeline=measured_timeline,
+        metadata=metadata,
+        measured_tensor_peak=measured_tensor_peak,
+        bookkeeping_peak=bookkeeping_peak,
+    )
+
+
 def compare(
     profile: ChainProfile, schedule: Schedule, wrapped: RematChain, x: torch.Tensor, steps: int = 3, warmup: int = 1
 ) -> Report:
     """Measure ``steps`` steps of ``wrapped`` on ``x`` and put them next to the simulator's prediction.
 
     A profile measured on another model or input is refused (:func:`check_profile_matches`)."""
-    from remat.profile.chain import check_profile_matches
-
     check_profile_matches(profile, getattr(wrapped, "chain", wrapped), x)
     predicted = simulate(profile, schedule.ops, timeline=True)
     measured = measure_steps(wrapped, x, steps=steps, warmup=warmup)
-    return Report(
-        strategy=schedule.strategy,
-        budget=schedule.budget,
-        predicted_peak=predicted.peak_memory,
+    return build_report(
+        schedule,
+        predicted,
         measured_peak=measured.peak_memory,
-        predicted_ms=predicted.compute_ms,
         measured_ms=measured.step_ms,
         steps=measured.steps,
         device=measured.device,
-        predicted_timeline=tuple((r.memory_before, r.peak, r.memory_after) for r in predicted.timeline),
         measured_timeline=measured.timeline,
         metadata={"profile": profile.name, "torch": torch.__version__, "threads": torch.get_num_threads()},
         measured_tensor_peak=measured.tensor_peak,
@@ -450,10 +469,10 @@ def compare(
 
 def plot_comparison(report: Report, path: str) -> None:
     """Predicted and measured memory (MiB) per op into one image: :func:`remat.plots.comparison_figure`."""
+    # imported here: matplotlib is an optional dependency that only plotting needs
     import matplotlib.pyplot as plt
 
     from remat.plots import comparison_figure
-    from remat.schedules import RematError
 
     fig = comparison_figure(report)
     try:
@@ -467,8 +486,8 @@ def plot_comparison(report: Report, path: str) -> None:
 __all__ = [
     "MeteredStep",
     "Measurement",
-    "OpMeasurement",
     "Report",
+    "build_report",
     "compare",
     "measure_steps",
     "meter_step",
