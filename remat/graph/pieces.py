@@ -15,8 +15,8 @@ import torch.fx as fx
 from torch import nn
 
 from remat.graph.execution import fetch_attr
-from remat.graph.nodes import is_heavy, is_random, uses_batchnorm
 from remat.schedules import GraphProfile
+from remat.trace.nodes import is_heavy, is_random, uses_batchnorm
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ def cut_graph(gm: fx.GraphModule, values: dict[str, Any]) -> tuple[list[list[str
                 and tensor_deps[0].name in piece_of
                 and piece_of[tensor_deps[0].name] == max(dep_pieces)
                 and tensor_users[tensor_deps[0].name] == 1
-                and not is_heavy(gm, node)
+                and not is_heavy(node, gm)
             ):
                 target = piece_of[tensor_deps[0].name]
         if target is None:
@@ -163,8 +163,8 @@ def make_pieces(gm: fx.GraphModule, groups: list[list[str]], piece_of: dict[str,
                 inputs=tuple(ins),
                 outputs=tuple(outs),
                 params=tuple(params),
-                random=any(is_random(gm, nodes[n]) for n in node_names),
-                has_batchnorm=any(uses_batchnorm(gm, nodes[n]) for n in node_names),
+                random=any(is_random(nodes[n], gm) for n in node_names),
+                has_batchnorm=any(uses_batchnorm(nodes[n], gm) for n in node_names),
             )
         )
     return pieces
@@ -237,7 +237,7 @@ def _module_params(gm: fx.GraphModule, node: fx.Node) -> list[str]:
 def _piece_name(gm: fx.GraphModule, node_names: list[str], nodes: dict[str, fx.Node]) -> str:
     for name in node_names:
         node = nodes[name]
-        if is_heavy(gm, node) and node.op == "call_module":
+        if is_heavy(node, gm) and node.op == "call_module":
             return str(node.target)
     first = nodes[node_names[0]]
     return str(first.target) if first.op == "call_module" else first.name

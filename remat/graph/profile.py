@@ -80,13 +80,13 @@ import torch
 from torch import nn
 
 from remat.graph.arguments import OVERHEAD_SOURCES, default_device, input_tensors, overhead_source, parse_dtype
-from remat.graph.capture import trace
 from remat.graph.execution import ConstCache
 from remat.graph.pieces import GraphPlan, Piece, unique_names
 from remat.graph.recording import RecordedPiece, backward_piece, forward_piece
 from remat.graph.sizing import GRAD_OUTPUT_NAME, build_plan
 from remat.graph.timing import DEFAULT_RATES, flop_times, measure_times
 from remat.schedules import GraphNode, GraphProfile, ProfileError
+from remat.trace.capture import trace_fx as trace
 
 
 def graph_plan(

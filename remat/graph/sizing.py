@@ -16,7 +16,6 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from remat.graph.arguments import input_tensors, parse_dtype
-from remat.graph.capture import trace
 from remat.graph.execution import ConstCache, cast_copy, exec_node
 from remat.graph.pieces import GraphPlan, Piece, cut_graph, make_pieces, merge_unsaved_outputs
 from remat.graph.recording import (
@@ -29,6 +28,7 @@ from remat.graph.recording import (
 )
 from remat.measure.memory import StorageTracker, storage_key
 from remat.schedules import GraphNode, GraphProfile, ProfileError
+from remat.trace.capture import trace_fx
 
 GRAD_OUTPUT_NAME = "grad:output"
 
@@ -50,7 +50,7 @@ def build_plan(
     fills them) and, per piece, ``(flops, bytes moved)`` of its forward and of its backward.
     """
     torch_dtype = parse_dtype(dtype)
-    gm = graph_module if graph_module is not None else trace(model)
+    gm = graph_module if graph_module is not None else trace_fx(model)
     inputs = input_tensors(input_shape, example_inputs, torch_dtype)
     placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(inputs):

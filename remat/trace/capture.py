@@ -1,4 +1,7 @@
-"""Capture a model's training step as one TorchDynamo graph (docs/models.md, "How a model is cut").
+"""The two tracers of remat. A model's training step as one TorchDynamo graph, for chains
+(docs/models.md, "How a model is cut"); a model as a torch.fx graph (``torch.fx.symbolic_trace``,
+standard ``torch.nn`` modules as leaves), for graph profiles (:func:`trace_fx`). Both graphs are
+read by the one node classification, :mod:`remat.trace.nodes`.
 
 The training step is the model's forward followed by :func:`reduce_output` (its output reduced to
 what is differentiated: the user's loss, the model's own ``.loss``, or its one output tensor).
@@ -16,7 +19,7 @@ import torch
 import torch.fx as fx
 from torch import nn
 
-from remat.schedules import RematError
+from remat.schedules import ProfileError, RematError
 from remat.trace import branches
 
 
@@ -104,4 +107,16 @@ def first_tensor_index(leaves: list[Any]) -> int:
     return index
 
 
-__all__ = ["TrainingStep", "first_tensor_index", "reduce_output", "trace"]
+def trace_fx(model: nn.Module) -> fx.GraphModule:
+    """``torch.fx.symbolic_trace`` with a one-line error when the model cannot be traced."""
+    try:
+        return fx.symbolic_trace(model)
+    except Exception as exc:  # fx raises many kinds (TraceError, TypeError, ...)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ProfileError(
+            f"model: torch.fx cannot trace {type(model).__name__} ({first}), so it has no graph profile; profile it as"
+            " a chain instead (remat profile without --graph, or remat.checkpoint: cut from its TorchDynamo trace)"
+        ) from exc
+
+
+__all__ = ["trace_fx", "TrainingStep", "first_tensor_index", "reduce_output", "trace"]

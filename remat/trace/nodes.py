@@ -1,7 +1,10 @@
-"""What a node of a traced graph does, read from the node alone: whether it changes a tensor in
-place, draws random numbers, opens or closes a grad-mode/autocast region, may return a view of
-its input, and which module's code made it. Used to split a traced step into side values and
-stages and to choose where it may be cut (:mod:`remat.trace.positions`)."""
+"""What a node of a traced graph does: whether it changes a tensor in place, draws random numbers,
+opens or closes a grad-mode/autocast region, may return a view of its input, which module's code
+made it, whether it is heavy (anchors a graph piece) or runs BatchNorm. The one node
+classification of remat, for both tracers (:mod:`remat.trace.capture`): the TorchDynamo graph of
+a training step, which :mod:`remat.trace.positions` splits into side values and stages, and the
+torch.fx graph of a model, which :mod:`remat.graph.pieces` cuts into pieces (docs/model.md,
+"Graphs"). Pure functions of the node (and, for a ``call_module`` node, of its graph module)."""
 
 from __future__ import annotations
 
@@ -10,7 +13,10 @@ import operator
 import re
 from typing import Any
 
+import torch
 import torch.fx as fx
+import torch.nn.functional as F
+from torch import nn
 
 INPLACE_OPERATORS = {
     operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv, operator.imod,
@@ -33,6 +39,73 @@ VIEW_NAMES = {
     "detach", "to", "type", "float", "type_as", "movedim", "swapaxes", "unbind", "identity", "clone_",
 }  # fmt: skip
 """Names of functions and methods whose output may share its input's storage."""
+
+
+# Leaf modules that anchor a piece even without looking at their parameters.
+_HEAVY_MODULES: tuple[type, ...] = (
+    nn.Conv1d,
+    nn.Conv2d,
+    nn.Conv3d,
+    nn.ConvTranspose1d,
+    nn.ConvTranspose2d,
+    nn.ConvTranspose3d,
+    nn.Linear,
+    nn.Bilinear,
+    nn.Embedding,
+    nn.EmbeddingBag,
+    nn.MultiheadAttention,
+    nn.RNNBase,
+)
+# Normalization layers hold parameters but are cheap: they join their producer's piece.
+_NORM_MODULES: tuple[type, ...] = (
+    nn.modules.batchnorm._NormBase,
+    nn.LayerNorm,
+    nn.GroupNorm,
+    nn.LocalResponseNorm,
+)
+_HEAVY_FUNCTIONS = {
+    F.linear,
+    F.bilinear,
+    F.conv1d,
+    F.conv2d,
+    F.conv3d,
+    F.conv_transpose1d,
+    F.conv_transpose2d,
+    F.conv_transpose3d,
+    F.scaled_dot_product_attention,
+    F.embedding,
+    torch.matmul,
+    torch.mm,
+    torch.bmm,
+    torch.baddbmm,
+    torch.addmm,
+    torch.einsum,
+    operator.matmul,
+}
+_HEAVY_METHODS = {"matmul", "mm", "bmm", "baddbmm", "addmm"}
+_RANDOM_FUNCTIONS = {
+    F.dropout,
+    F.dropout1d,
+    F.dropout2d,
+    F.dropout3d,
+    F.alpha_dropout,
+    F.feature_alpha_dropout,
+    F.rrelu,
+    F.gumbel_softmax,
+    F.scaled_dot_product_attention,
+    torch.dropout,
+    torch.bernoulli,
+    torch.rand,
+    torch.rand_like,
+    torch.randn,
+    torch.randn_like,
+    torch.randint,
+    torch.randint_like,
+    torch.randperm,
+    torch.normal,
+    torch.multinomial,
+}
+_RANDOM_METHODS = {"bernoulli", "bernoulli_", "uniform_", "normal_", "random_", "exponential_", "multinomial"}
 
 
 def node_name(node: fx.Node) -> str:
@@ -63,10 +136,54 @@ def mutates(node: fx.Node) -> bool:
     return False
 
 
-def is_random(node: fx.Node) -> bool:
-    """True if what ``node`` calls draws random numbers (by its name: ``dropout``, ``rand``, ...)."""
+def is_random(node: fx.Node, gm: fx.GraphModule | None = None) -> bool:
+    """True if ``node`` may draw random numbers, so that a recompute must replay the RNG: a module
+    holding dropout, RReLU, or attention/RNN dropout (a ``call_module`` node of ``gm``), a function
+    or method of the known random tables, or one whose name says so (``dropout``, ``rand``, ...: a
+    dynamo graph calls functions remat has never listed). Conservative on purpose: a false
+    "random" costs one RNG snapshot, a missed one a recompute that draws other numbers."""
+    if node.op == "call_module":
+        if gm is None:
+            return False
+        for module in gm.get_submodule(node.target).modules():
+            if isinstance(module, (nn.modules.dropout._DropoutNd, nn.RReLU)):
+                return True
+            if isinstance(module, (nn.MultiheadAttention, nn.RNNBase)) and module.dropout > 0:
+                return True
+        return False
+    if node.op == "call_function" and node.target in _RANDOM_FUNCTIONS:
+        return True
+    if node.op == "call_method" and node.target in _RANDOM_METHODS:
+        return True
+    if node.op not in ("call_function", "call_method"):
+        return False
     name = node_name(node).lower()
     return any(word in name for word in RANDOM_WORDS)
+
+
+def is_heavy(node: fx.Node, gm: fx.GraphModule) -> bool:
+    """Whether ``node`` anchors a piece of its own: a convolution, linear layer, matmul,
+    attention, or any leaf module holding parameters other than a normalization layer."""
+    if node.op == "call_module":
+        module = gm.get_submodule(node.target)
+        if isinstance(module, _NORM_MODULES):
+            return False
+        if isinstance(module, _HEAVY_MODULES):
+            return True
+        return any(True for _ in module.parameters())
+    if node.op == "call_function":
+        return node.target in _HEAVY_FUNCTIONS
+    if node.op == "call_method":
+        return node.target in _HEAVY_METHODS
+    return False
+
+
+def uses_batchnorm(node: fx.Node, gm: fx.GraphModule) -> bool:
+    """Whether ``node`` runs BatchNorm (a BatchNorm module inside it, or ``F.batch_norm``), whose
+    running statistics a training-mode forward updates."""
+    if node.op != "call_module":
+        return node.op == "call_function" and node.target is F.batch_norm
+    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in gm.get_submodule(node.target).modules())
 
 
 def is_context(node: fx.Node) -> bool:
@@ -108,9 +225,11 @@ __all__ = [
     "VIEW_NAMES",
     "example_value",
     "is_context",
+    "is_heavy",
     "is_random",
     "is_view",
     "module_path",
     "mutates",
     "node_name",
+    "uses_batchnorm",
 ]
