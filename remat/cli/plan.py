@@ -1,7 +1,7 @@
 """``remat plan``: the largest batch (or length of one input dimension) that fits a device's memory
 at a bounded overhead, for the optimal schedule, Chen's sqrt(n) and store-all. See docs/plan.md.
 
-Registered by :func:`add_plan_parser`; errors are :class:`RematError` (one line, exit 2, printed
+Registered by :func:`add_parser`; errors are :class:`RematError` (one line, exit 2, printed
 by ``remat.cli.main.main``).
 """
 
@@ -11,6 +11,7 @@ import argparse
 import math
 
 from remat.cli.args import output_file, plot_file
+from remat.cli.options import DEVICE_HELP, add_device_and_dtype, add_model_and_input
 from remat.schedules import RematError, format_size, parse_size, save_profile, save_schedule
 from remat.solver.chain.plan import (
     ADAM_COPIES,
@@ -23,6 +24,10 @@ from remat.solver.chain.plan import (
 )
 
 CURVE_OVERHEADS = tuple(p / 100 for p in range(0, 101, 5))
+DEFAULT_MAX_OVERHEAD_PERCENT = 10
+DEFAULT_MAX_SIZE = 2**40
+# the sizes profiled without --points: these multiples of the input shape's size
+POINT_MULTIPLES = (1, 2, 3)
 
 
 def parse_percent(text: str, option: str) -> float:
@@ -38,9 +43,9 @@ def parse_percent(text: str, option: str) -> float:
 
 
 def parse_points(text: str | None, default: int) -> list[int]:
-    """``8,16,24`` -> [8, 16, 24]; default: 1x, 2x and 3x the input shape's size."""
+    """``8,16,24`` -> [8, 16, 24]; default: :data:`POINT_MULTIPLES` of the input shape's size."""
     if text is None:
-        return [default, 2 * default, 3 * default]
+        return [multiple * default for multiple in POINT_MULTIPLES]
     try:
         return [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
@@ -75,7 +80,9 @@ def _row(fit: Fit, label: str) -> str:
     )
 
 
-def _cmd_plan(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Profile, fit the growth, find each strategy's largest size and print (and write) the plan."""
+    # these import torch: here, so that ``import remat.cli`` stays free of its ~1 s import
     from remat.models.loading import parse_dtype, parse_shape, resolve_device
     from remat.profile.batch import chain_profiler, parse_vary
 
@@ -126,7 +133,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _plot(growth, budget: int, what: str, args: argparse.Namespace) -> None:
-    import matplotlib
+    import matplotlib  # ~0.5 s: only when --plot is given
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -147,8 +154,8 @@ def _plot(growth, budget: int, what: str, args: argparse.Namespace) -> None:
     print(f"wrote {args.plot}")
 
 
-def add_plan_parser(sub) -> None:
-    """Add the ``plan`` subcommand to ``remat``'s subparsers."""
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add ``plan`` to ``remat``'s subcommands."""
     plan = sub.add_parser(
         "plan",
         help="the largest batch (or length) whose schedule fits a memory at a bounded overhead",
@@ -158,25 +165,32 @@ def add_plan_parser(sub) -> None:
         epilog="example: remat plan --model remat.zoo.gpt2:gpt2_small --input-shape 1,1024,768 "
         "--memory 80GB --max-overhead 10%",
     )
-    plan.add_argument("--model", required=True, help="model factory as package.module:factory")
-    plan.add_argument("--input-shape", required=True, help="an input shape, e.g. 8,3,224,224 (first is the batch)")
+    add_model_and_input(plan)
     plan.add_argument("--vary", default="batch", help="batch (default) or dim=N: the input dimension to grow")
     plan.add_argument("--memory", required=True, help="device memory: bytes, 80GB, 24GiB")
-    plan.add_argument("--max-overhead", default="10%", help="step time allowed over store-all (default 10%%)")
+    plan.add_argument(
+        "--max-overhead",
+        default=f"{DEFAULT_MAX_OVERHEAD_PERCENT}%",
+        help=f"step time allowed over store-all (default {DEFAULT_MAX_OVERHEAD_PERCENT}%%)",
+    )
     plan.add_argument(
         "--fixed-bytes",
         default="auto",
-        help="memory outside the activations: bytes, or auto = 4 x parameters (weights, grads, Adam) (default)",
+        help=f"memory outside the activations: bytes, or auto = {ADAM_COPIES} x parameters (weights, grads, Adam) "
+        "(default)",
     )
     plan.add_argument(
-        "--max-size", type=int, default=2**40, help="largest size to consider (e.g. the model's context length)"
+        "--max-size",
+        type=int,
+        default=DEFAULT_MAX_SIZE,
+        help="largest size to consider (e.g. the model's context length)",
     )
-    plan.add_argument("--points", help="sizes to profile, e.g. 8,16,24 (default: 1x, 2x, 3x the input's)")
+    multiples = ", ".join(f"{multiple}x" for multiple in POINT_MULTIPLES)
+    plan.add_argument("--points", help=f"sizes to profile, e.g. 8,16,24 (default: {multiples} the input's)")
     mode = plan.add_mutually_exclusive_group()
     mode.add_argument("--meta", action="store_true", help="profile on meta tensors, times from FLOPs (default)")
     mode.add_argument("--measured", action="store_true", help="profile on the device: measured times and sizes")
-    plan.add_argument("--device", help="--measured: cuda or cpu (default: cuda when available)")
-    plan.add_argument("--dtype", default="float32", help="float32 (default), float16, bfloat16, float64")
+    add_device_and_dtype(plan, device_help=f"--measured: {DEVICE_HELP}")
     plan.add_argument("-o", "--output", type=output_file, help="write the optimal schedule at the planned size here")
     plan.add_argument(
         "--save-profile", type=output_file, help="write the chain profile at the planned size here (for remat execute)"
@@ -184,7 +198,7 @@ def add_plan_parser(sub) -> None:
     plan.add_argument(
         "--plot", type=plot_file, help="draw the largest size against the overhead allowed (0-100%%) into this PNG"
     )
-    plan.set_defaults(func=_cmd_plan)
+    plan.set_defaults(func=run)
 
 
-__all__ = ["add_plan_parser", "parse_percent", "parse_points"]
+__all__ = ["add_parser", "parse_percent", "parse_points", "run"]

@@ -1,0 +1,124 @@
+"""``remat profile``: run a PyTorch model on a random input and write its chain (or ``--graph``) profile.
+
+The modules that run the model (remat.models, remat.profile, remat.graph) import torch: they are
+imported inside the functions that need them, so ``import remat.cli`` and the commands that only
+read JSON (``solve``, ``simulate``, ``pareto``) stay free of torch's ~1 s import.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from remat.cli.args import integer_at_least, output_file
+from remat.cli.budget import reference_peak
+from remat.cli.options import add_model_options, compiled_if, with_threads
+from remat.schedules import RematError, format_size, save_profile
+
+DEFAULT_REPEATS = 5
+TIME_SOURCES = ("measured", "flops")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build the model, profile it (chain, or ``--graph``), write the profile and print what it holds."""
+    from remat.models.loading import build, model_options, parse_dtype, parse_shape, resolve_device
+
+    if args.graph and args.options:
+        raise RematError("--options: measures a chain's stage options; it does not apply with --graph")
+    if args.graph and args.compile:
+        raise RematError("--compile: compiles a chain's stages; it does not apply with --graph")
+
+    device = resolve_device(args.device)
+    model, x = build(args.model, parse_shape(args.input_shape), device, parse_dtype(args.dtype), **model_options(args))
+    name = args.name or f"{args.model.split(':')[-1]}-b{x.shape[0]}-{device.type}"
+    if args.graph:
+        return _profile_graph(args, model, x, device, name)
+    return _profile_chain(args, model, x, name)
+
+
+def _profile_graph(args: argparse.Namespace, model, x, device, name: str) -> int:
+    try:
+        from remat.graph.profile import profile_graph
+    except ImportError as error:
+        raise RematError("--graph: the graph profiler (remat.graph.profile) is not available in this build") from error
+    profile = profile_graph(
+        model,
+        example_inputs=x,
+        device=device,
+        dtype=args.dtype,  # the model's dtype; integer inputs (token ids) keep theirs
+        time_source=args.time_source,
+        name=name,
+        repeats=args.repeats,
+    )
+    save_profile(profile, args.output)
+    peak = reference_peak(profile)  # the one store-all peak: what --budget 40% is 40% of
+    print(
+        f"graph profile: {profile.size} nodes, {len(profile.edges)} edges; times: {args.time_source}; "
+        f"store-all peak {format_size(peak)} ({peak} bytes); device {profile.metadata['device']}"
+    )
+    print(f"wrote {args.output}")
+    return 0
+
+
+def _profile_chain(args: argparse.Namespace, model, x, name: str) -> int:
+    from remat.models.loading import chain_for
+    from remat.profile.chain import profile_chain
+
+    chain = compiled_if(args.compile, chain_for(model, x), x, args.options)
+    profile = profile_chain(chain, x, name=name, repeats=args.repeats, progress=True, options=args.options)
+    save_profile(profile, args.output)
+    width = max(len(s.name) for s in profile.stages)
+    header = ("fwd ms", "bwd ms", "output", "saved", "fwd tmp", "bwd tmp")
+    print(f"{'stage':<{width}}  " + "  ".join(f"{h:>{8 if 'ms' in h else 10}}" for h in header))
+    for s in profile.stages:
+        print(
+            f"{s.name:<{width}}  {s.forward_ms:>8.3f}  {s.backward_ms:>8.3f}  {format_size(s.output_size):>10}  "
+            f"{format_size(s.saved_size):>10}  {format_size(s.forward_overhead):>10}  "
+            f"{format_size(s.backward_overhead):>10}"
+        )
+    for s in profile.stages:  # --options: one line per measured option (docs/model.md)
+        for k, o in enumerate(s.options, start=1):
+            print(f"  {s.name} option {k} '{o.name}': saved {format_size(o.saved_size)}, bwd {o.backward_ms:.3f} ms")
+    print(f"input {format_size(profile.input_size)}; {profile.length} stages; device {profile.metadata['device']}")
+    print(f"wrote {args.output}")
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add ``profile`` to ``remat``'s subcommands."""
+    profile_cmd = sub.add_parser(
+        "profile",
+        help="measure a PyTorch model into a chain (or --graph) profile",
+        description="Run MODEL on a random input and write its per-stage times and memory as a profile.",
+        epilog="example: remat profile --model remat.zoo.small:cnn --input-shape 8,3,32,32 -o cnn.json",
+    )
+    add_model_options(profile_cmd)
+    profile_cmd.add_argument("--graph", action="store_true", help="write a graph profile (op-level DAG) instead")
+    profile_cmd.add_argument(
+        "--repeats",
+        type=integer_at_least(1),
+        default=DEFAULT_REPEATS,
+        help=f"timed runs per stage (fastest; default {DEFAULT_REPEATS})",
+    )
+    profile_cmd.add_argument(
+        "--time-source",
+        choices=TIME_SOURCES,
+        default=TIME_SOURCES[0],
+        help="--graph: node times measured on the device (default) or estimated from FLOPs",
+    )
+    profile_cmd.add_argument(
+        "--options",
+        action="store_true",
+        help="chain: also measure each stage's selective-recording options (docs/model.md; off by default)",
+    )
+    profile_cmd.add_argument(
+        "--compile",
+        action="store_true",
+        help="chain: run every stage through torch.compile (inductor), checked against the eager stage "
+        "(docs/executor.md; off by default)",
+    )
+    profile_cmd.add_argument("--name", help="profile name (default: factory-bBATCH-device)")
+    profile_cmd.add_argument("-o", "--output", type=output_file, required=True, help="write the profile JSON here")
+    profile_cmd.set_defaults(func=with_threads(run))
+
+
+__all__ = ["DEFAULT_REPEATS", "TIME_SOURCES", "add_parser", "run"]
