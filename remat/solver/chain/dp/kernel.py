@@ -1,8 +1,8 @@
-"""The compiled kernel that fills the ``optimal`` DP table (see :mod:`remat.solver.chain.optimal_table`
+"""The compiled kernel that fills the ``optimal`` DP table (see :mod:`remat.solver.chain.dp.table`
 for the recurrence, the rounding rules, the bounds ``lo``/``hi`` and the pruning of split points).
 
 Compiled on the first call on a machine (a few seconds) and loaded from numba's on-disk cache
-afterwards (:mod:`remat.solver.jit` falls back to an uncached compile where no cache can be
+afterwards (:mod:`remat.schedules.jit` falls back to an uncached compile where no cache can be
 written). Integers are int64; times float64, except the table values, which are float32 formed
 exactly as the numpy implementation this replaced formed them (benchmarks/optimal_numpy.py;
 tests/test_optimal_kernel.py checks that both fill identical tables). The caller scales every
@@ -34,7 +34,7 @@ def bounds(n, K, slot, A, G, SV, fwd_first, fwd_next, act, rec_fwd, rec_bwd, sav
 
     With ``slot = 1`` every quantity is in bytes and nothing is rounded: ``lo[0, n]`` is then the
     exact least free memory of any persistent schedule, and ``arg`` describes one that needs it.
-    The callers keep every byte total below 2**60 (:func:`remat.solver.chain.optimal_table.chain_sizes`),
+    The callers keep every byte total below 2**60 (:func:`remat.solver.chain.dp.table.chain_sizes`),
     so sums of a few of them never overflow int64."""
     big = np.int64(1) << 62  # "never": only on the diagonal's other side, never added to
     lo = np.full((n + 1, n + 1), big, dtype=np.int64)
