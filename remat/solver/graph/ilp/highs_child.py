@@ -1,4 +1,4 @@
-"""The child process of :mod:`remat.solver.graph.highs_search`: HiGHS's branch and cut
+"""The child process of :mod:`remat.solver.graph.ilp.highs_search`: HiGHS's branch and cut
 (``highspy``) on a CP-SAT model file, started from the model's solution hint.
 
 Run as ``python highs_child.py MODEL RESULT END``: MODEL is a binary ``CpModelProto`` whose

@@ -96,7 +96,7 @@ LP_TIME_SHARE = 0.85
 # smaller; raising it to the rule's value lowers U and keeps the cost, so the optimum is the
 # same), and on the bundled graphs the LP value is the same without them: HiGHS's child leaves
 # them out (~26k of the ResNet-50 graph's 158k rows; its second round of root cuts came ~10%
-# sooner). See remat/solver/graph/highs_child.py.
+# sooner). See remat/solver/graph/ilp/highs_child.py.
 FORCED_FREE = "forced free"
 
 
