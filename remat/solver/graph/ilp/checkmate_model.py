@@ -147,10 +147,27 @@ class _Model:
         self.profile = profile
         self.backend = backend
         self.relax = relax
-        n = profile.size
+        self._units(budget, minimize_peak)
+        self._solver_model()
+        self.count = 0
+        self.R: dict[tuple[int, int], Any] = {}
+        self.S: dict[tuple[int, int], Any] = {}
+        self.FREE: dict[tuple[int, int, int], Any] = {}
+        self.U: dict[tuple[int, int], Any] = {}
+        self._stage_variables()
+        for t in range(profile.size):
+            self.deadline.check(self.phase)
+            self._stage_constraints(t)
+            self._free_constraints(t)
+            self._memory_constraints(t)
+        self._objective(minimize_peak)
+
+    def _units(self, budget: int, minimize_peak: bool) -> None:
+        """Memory in units of the gcd of the sizes and overheads (exact, and smaller coefficients),
+        the memory cap in those units, and the node times as integer steps (:data:`TIME_STEPS`)."""
+        profile = self.profile
         sizes = [node.size for node in profile.nodes]
         overheads = [node.overhead for node in profile.nodes]
-        # Memory in units of the gcd of the sizes and overheads: exact, and smaller coefficients.
         self.unit = reduce(math.gcd, [s for s in sizes + overheads if s > 0], 0) or 1
         self.mem = [s // self.unit for s in sizes]
         self.over = [o // self.unit for o in overheads]
@@ -160,34 +177,36 @@ class _Model:
         slowest = max((node.time_ms for node in profile.nodes), default=0.0)
         self.scale = TIME_STEPS / slowest if slowest > 0 else 1.0
         self.cost = [math.floor(node.time_ms * self.scale) for node in profile.nodes]
+
+    def _solver_model(self) -> None:
+        """The backend's empty model (``self.m``; ``self.cp`` the CP-SAT module for CP-SAT).
+        OR-Tools is imported here: a heavy import that the rest of remat.solver never pays."""
+        backend, relax = self.backend, self.relax
         if backend == "cp-sat":
             from ortools.sat.python import cp_model
 
             self.cp = cp_model
             self.m = cp_model.CpModel()
-        else:
-            from ortools.linear_solver import pywraplp
+            return
+        from ortools.linear_solver import pywraplp
 
-            name = {"scip": "SCIP", "highs": "HIGHS"}[backend]
-            if relax:
-                # HiGHS's LP solver: 3.4 s on the U-Net graph's relaxation where GLOP did not
-                # finish in 60 s and PDLP took 70 s (same value, 46842.4 ms).
-                name = "HIGHS_LP"
-            self.m = pywraplp.Solver.CreateSolver(name)
-            if self.m is None:
-                raise RuntimeError(f"OR-Tools has no {name} solver")
-            self.m.SuppressOutput()
-            if relax:
-                # Keeps HiGHS from printing its banner on stdout at each solve.
-                self.m.SetSolverSpecificParametersAsString("output_flag=false")
-        self.count = 0
-        preds = profile.predecessors
-        succs = profile.successors
-        self.R: dict[tuple[int, int], Any] = {}
-        self.S: dict[tuple[int, int], Any] = {}
-        self.FREE: dict[tuple[int, int, int], Any] = {}
-        self.U: dict[tuple[int, int], Any] = {}
-        for t in range(n):
+        name = {"scip": "SCIP", "highs": "HIGHS"}[backend]
+        if relax:
+            # HiGHS's LP solver: 3.4 s on the U-Net graph's relaxation where GLOP did not
+            # finish in 60 s and PDLP took 70 s (same value, 46842.4 ms).
+            name = "HIGHS_LP"
+        self.m = pywraplp.Solver.CreateSolver(name)
+        if self.m is None:
+            raise RuntimeError(f"OR-Tools has no {name} solver")
+        self.m.SuppressOutput()
+        if relax:
+            # Keeps HiGHS from printing its banner on stdout at each solve.
+            self.m.SetSolverSpecificParametersAsString("output_flag=false")
+
+    def _stage_variables(self) -> None:
+        """R[t, i] (i <= t; fixed to 1 on the diagonal, to 0 for a node that is computed once) and S[t, i] (i < t)."""
+        profile = self.profile
+        for t in range(profile.size):
             self.deadline.check(self.phase)
             for i in range(t + 1):
                 if i == t:
@@ -198,42 +217,64 @@ class _Model:
                     self.R[t, i] = self._bool(f"R[{t},{i}]")
             for i in range(t):
                 self.S[t, i] = self._bool(f"S[{t},{i}]")
+
+    def _stage_constraints(self, t: int) -> None:
+        """Stage t: a node is computed or held, not both; a computed node's inputs are there; what
+        stage t+1 holds was computed or held in stage t."""
         add = self._add
-        for t in range(n):
-            self.deadline.check(self.phase)
-            for i in range(t):
-                add(self.R[t, i] + self.S[t, i] <= 1)
-            for v in range(t + 1):
-                for u in preds[v]:
-                    add(self.R[t, v] <= self.R[t, u] + self.S[t, u])
-            if t + 1 < n:
-                for i in range(t + 1):
-                    add(self.S[t + 1, i] <= self.R[t, i] + (self.S[t, i] if i < t else 0))
-            for k in range(t + 1):
-                for i in (*preds[k], k):
-                    free = self._bool(f"FREE[{t},{i},{k}]")
-                    self.FREE[t, i, k] = free
-                    hazards = [1 - self.R[t, k]] if k != t else []
-                    if t + 1 < n:
-                        hazards.append(self.S[t + 1, i])
-                    hazards += [self.R[t, j] for j in succs[i] if k < j <= t]
-                    for h in hazards:
-                        add(free + h <= 1)
-                    add(free >= 1 - sum(hazards), FORCED_FREE)
-            previous = None
-            for k in range(t + 1):
-                u = self._int(0, self.cap, f"U[{t},{k}]")
-                self.U[t, k] = u
-                if previous is None:
-                    add(u == sum(self.S[t, i] * self.mem[i] for i in range(t)) + self.R[t, 0] * self.mem[0])
-                else:
-                    freed = sum(self.FREE[t, i, k - 1] * self.mem[i] for i in (*preds[k - 1], k - 1))
-                    add(u == previous - freed + self.R[t, k] * self.mem[k])
-                if self.over[k] and not isinstance(self.R[t, k], int):
-                    add(u + self.over[k] * self.R[t, k] <= self.cap)
-                elif self.over[k] and self.R[t, k] == 1:
-                    add(u <= self.cap - self.over[k])
-                previous = u
+        n = self.profile.size
+        preds = self.profile.predecessors
+        for i in range(t):
+            add(self.R[t, i] + self.S[t, i] <= 1)
+        for v in range(t + 1):
+            for u in preds[v]:
+                add(self.R[t, v] <= self.R[t, u] + self.S[t, u])
+        if t + 1 < n:
+            for i in range(t + 1):
+                add(self.S[t + 1, i] <= self.R[t, i] + (self.S[t, i] if i < t else 0))
+
+    def _free_constraints(self, t: int) -> None:
+        """FREE[t, i, k]: node i's output is freed after computing k in stage t, exactly when no
+        hazard keeps it (Checkmate's rule; the forcing half is named :data:`FORCED_FREE`)."""
+        add = self._add
+        n = self.profile.size
+        preds = self.profile.predecessors
+        succs = self.profile.successors
+        for k in range(t + 1):
+            for i in (*preds[k], k):
+                free = self._bool(f"FREE[{t},{i},{k}]")
+                self.FREE[t, i, k] = free
+                hazards = [1 - self.R[t, k]] if k != t else []
+                if t + 1 < n:
+                    hazards.append(self.S[t + 1, i])
+                hazards += [self.R[t, j] for j in succs[i] if k < j <= t]
+                for h in hazards:
+                    add(free + h <= 1)
+                add(free >= 1 - sum(hazards), FORCED_FREE)
+
+    def _memory_constraints(self, t: int) -> None:
+        """U[t, k]: memory (in units) after computing k in stage t, within the cap with k's transient."""
+        add = self._add
+        preds = self.profile.predecessors
+        previous = None
+        for k in range(t + 1):
+            u = self._int(0, self.cap, f"U[{t},{k}]")
+            self.U[t, k] = u
+            if previous is None:
+                add(u == sum(self.S[t, i] * self.mem[i] for i in range(t)) + self.R[t, 0] * self.mem[0])
+            else:
+                freed = sum(self.FREE[t, i, k - 1] * self.mem[i] for i in (*preds[k - 1], k - 1))
+                add(u == previous - freed + self.R[t, k] * self.mem[k])
+            if self.over[k] and not isinstance(self.R[t, k], int):
+                add(u + self.over[k] * self.R[t, k] <= self.cap)
+            elif self.over[k] and self.R[t, k] == 1:
+                add(u <= self.cap - self.over[k])
+            previous = u
+
+    def _objective(self, minimize_peak: bool) -> None:
+        """The recompute cost in time steps, or (``minimize_peak``) the largest op peak in units."""
+        add = self._add
+        n = self.profile.size
         if minimize_peak:
             self.peak = self._int(0, self.cap, "peak")
             for (t, k), u in self.U.items():
