@@ -13,7 +13,7 @@ large blocks and a fifth across block boundaries:
 3. Run a multi-option chain DP over the blocks (:mod:`remat.solver.graph.hierarchical.dp`) and
    expand its block-level ops back into graph compute/free ops.
 4. Where a chosen option belongs to a block whose kept sets are only sampled, search near it
-   for this budget (:mod:`remat.solver.graph.hierarchical.refine`), re-running the DP.
+   for this budget (:mod:`remat.solver.graph.hierarchical.refine_blocks`), re-running the DP.
 5. On the schedule's flat R/S plan, a bounded local search keeps recomputed nodes and makes
    room by dropping a held node around the stages that go over
    (:mod:`remat.solver.graph.hierarchical.flat`): what the DP cannot do, since it keeps a block's
@@ -29,7 +29,7 @@ schedule is the fastest up to its memory discretization (``slots`` levels of the
 schedules with one-byte slots. The block options are exhaustive over *what to keep* for blocks
 of at most ``EXHAUSTIVE_NODES + 1`` forward nodes and cover two fixed recomputation policies.
 A larger block's kept sets are a sample; for it, a bounded local search around the options the
-DP chose (:mod:`remat.solver.graph.hierarchical.refine`) adds kept sets for this budget and
+DP chose (:mod:`remat.solver.graph.hierarchical.refine_blocks`) adds kept sets for this budget and
 re-runs the DP, and the flat search of step 5 moves only to strictly faster plans within the
 budget, so the schedule returned is never slower than the DP's over the sample and may be
 faster (then it no longer respects the block boundaries). It is not optimal over every
@@ -54,7 +54,7 @@ from remat.solver.graph.hierarchical.block_options import BlockModel, BlockOptio
 from remat.solver.graph.hierarchical.blocks import Blocks, cut_blocks
 from remat.solver.graph.hierarchical.dp import Chain, chain_of, fill, least_peak, read_ops, walk
 from remat.solver.graph.hierarchical.flat import flat_search
-from remat.solver.graph.hierarchical.refine import refine
+from remat.solver.graph.hierarchical.refine_blocks import refine
 from remat.solver.graph.stages import StagePlan, plan_from_ops, plan_ops, plan_peak
 
 NAME = "hierarchical"
@@ -206,7 +206,7 @@ def _flat_searched(
 def _refined(
     profile: GraphProfile, solved: Solved, budget: int, slots: int, found: list[tuple], deadline: Deadline | None
 ) -> tuple[Solved, str, list[tuple]]:
-    """The DP's answer after the local search of :mod:`~remat.solver.graph.hierarchical.refine`
+    """The DP's answer after the local search of :mod:`~remat.solver.graph.hierarchical.refine_blocks`
     over the kept sets of large blocks (the DP's own answer where it finds nothing faster)."""
 
     def dp(models: dict[tuple[int, int], BlockModel]) -> tuple[list[tuple], float] | None:

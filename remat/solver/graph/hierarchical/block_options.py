@@ -19,7 +19,7 @@ in a schedule the op runs.
   still reads it) and *lean* (held only while the current or the next backward node reads it,
   recomputed again otherwise: slower, less memory), and a per-node mix of the two (the lean rule
   for a given set of nodes, the keep rule for the others: what the local search of
-  :mod:`remat.solver.graph.hierarchical.refine` tries). The backward's time includes its
+  :mod:`remat.solver.graph.hierarchical.refine_blocks` tries). The backward's time includes its
   recomputations.
 
 Which K: every subset of the block's forward nodes besides ``c_i`` when there are at most
