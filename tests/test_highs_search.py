@@ -18,7 +18,7 @@ import remat.solver.graph.ilp.highs_search as highs_search
 from remat.schedules.simulator import check_schedule
 from remat.solver.deadline import Deadline
 from remat.solver.graph.baselines import best_baseline_plan, store_all_plan
-from remat.solver.graph.ilp.checkmate_model import build_model, solve_model
+from remat.solver.graph.ilp.checkmate_search import build_model, solve_model
 from remat.solver.graph.ilp.highs_child import read_model
 from remat.solver.graph.ilp.highs_search import GRACE_SECONDS, branch_and_cut
 from remat.solver.graph.stages import memory_lower_bound, plan_peak

@@ -18,7 +18,7 @@ from remat.schedules import RematError, load_profile
 from remat.solver import solve
 from remat.solver.deadline import MARGIN_FRACTION, MARGIN_SECONDS, Deadline, TimeUp
 from remat.solver.graph.chain_to_graph import chain_to_graph
-from remat.solver.graph.ilp.checkmate_model import solve_model, solve_relaxation
+from remat.solver.graph.ilp.checkmate_search import solve_model, solve_relaxation
 from remat.solver.graph.ilp.highs_search import BranchAndCut
 from remat.solver.graph.ilp.lp_rounding import Rounded
 

@@ -11,7 +11,7 @@ needs, with ``r`` the smallest integer such that ``C(c + r, c) >= l``::
 
 forward steps (every stage is counted alike, whatever its time or size).
 
-In DESIGN.md's ops, a checkpoint is an ``a[i]`` item; advancing from a checkpoint ``a[s]`` by m
+In the ops of docs/model.md ("Chains"), a checkpoint is an ``a[i]`` item; advancing from a checkpoint ``a[s]`` by m
 steps is ``F_ck s, F_n s+1, ..., F_n s+m-1`` (keeps ``a[s]``, ends holding ``a[s+m]``, nothing in
 between); an adjoint step is ``F_all i, B i`` (``B i`` also releases the checkpoint ``a[i]``). So
 the schedule has exactly ``t(l, c)`` ``F_ck``/``F_n`` ops and ``l`` ``F_all`` ops. The schedule is

@@ -45,7 +45,7 @@ from remat.solver.common import SolverBug, Strategy, make_schedule, require_grap
 from remat.solver.deadline import Deadline, TimeUp, check_time_limit
 from remat.solver.graph.baselines import best_baseline_plan, store_all_plan
 from remat.solver.graph.hierarchical import hierarchical_fine_plan, hierarchical_plan
-from remat.solver.graph.ilp.checkmate_model import BACKEND_CHOICE, DEFAULT_WORKERS, build_model, minimum_peak, search
+from remat.solver.graph.ilp.checkmate_search import BACKEND_CHOICE, DEFAULT_WORKERS, build_model, minimum_peak, search
 from remat.solver.graph.ilp.highs_search import branch_and_cut
 from remat.solver.graph.ilp.moccasin import DEFAULT_COPIES, build_intervals, solve_intervals
 from remat.solver.graph.stages import StagePlan, memory_lower_bound, plan_memory, plan_ops, plan_peak
@@ -84,7 +84,7 @@ def background_workers(workers: int) -> int:
 
 def default_workers() -> int:
     """CP-SAT search workers: 8 or the core count if larger (more workers than cores still helped:
-    see the measurement in :mod:`remat.solver.graph.ilp.checkmate_model`)."""
+    see the measurement in :mod:`remat.solver.graph.ilp.checkmate_search`)."""
     return max(DEFAULT_WORKERS, os.cpu_count() or 1)
 
 

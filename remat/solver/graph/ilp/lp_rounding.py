@@ -25,7 +25,7 @@ from remat.solver.common import Strategy, make_schedule, require_graph
 from remat.solver.deadline import Deadline, TimeUp, as_deadline, check_time_limit
 from remat.solver.graph.baselines import store_all_plan
 from remat.solver.graph.ilp import infeasible
-from remat.solver.graph.ilp.checkmate_model import solve_relaxation
+from remat.solver.graph.ilp.checkmate_search import solve_relaxation
 from remat.solver.graph.stages import StagePlan, memory_lower_bound, plan_from_s, plan_ops, plan_peak
 
 NAME = "lp-rounding"
