@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from remat.schedules import Op
+from remat.schedules import Op, fast_chain
 from remat.schedules.simulator import FAST_FROM_OPS
 
 
@@ -15,9 +15,6 @@ def chain_checkpoints(ops: Sequence[Op]) -> int:
     """Most activations ``a[i]`` (i >= 1) held at once by a chain schedule (long op lists are
     counted by the compiled :func:`remat.schedules.fast_chain.most_held`, same rules)."""
     if len(ops) >= FAST_FROM_OPS:
-        # imported here: fast_chain compiles with numba, a heavy import short op lists never pay
-        from remat.schedules import fast_chain
-
         encoded = fast_chain.encode(ops)
         if encoded is not None:
             return int(fast_chain.most_held(*encoded))

@@ -41,6 +41,7 @@ from math import comb
 from remat.schedules import ChainProfile, InfeasibleBudgetError, Op, RematError, Schedule
 from remat.schedules.fast_chain import chain_costs, profile_arrays
 from remat.schedules.simulator import simulate_chain
+from remat.solver.chain.revolve_kernel import revolve_codes
 from remat.solver.common import ProfileCache, Strategy, make_schedule, require_chain
 
 NAME = "revolve"
@@ -116,8 +117,6 @@ def _peaks(profile: ChainProfile, choices: tuple[int, ...]) -> list[int]:
     def compute():
         arrays = profile_arrays(profile)
         if arrays is not None and len(choices) > 1:  # compiled: every count's ops as arrays
-            from remat.solver.chain.revolve_kernel import revolve_codes
-
             costs = [chain_costs(*revolve_codes(profile.length, c), *arrays) for c in choices]
             if all(valid for valid, *_ in costs):
                 return [int(peak) for _, peak, *_ in costs]

@@ -306,7 +306,7 @@ class CheckmateModel:
                 bound = solver.BestObjectiveBound()
                 bound = bound if math.isfinite(bound) else None
             return status, bound, seconds
-        from ortools.linear_solver import pywraplp
+        from ortools.linear_solver import pywraplp  # heavy: imported only where a model is solved (see _solver_model)
 
         # HiGHS overran its own limit by ~2 s of 12 on the ResNet-50 graph's LP on a loaded machine
         # (benchmarks/time_limits.py): it gets 85% of what is left, so the whole solve keeps its limit.

@@ -61,7 +61,7 @@ class _Intervals:
     """The CP-SAT model: a, s, e per copy; built once, searched from a hint."""
 
     def __init__(self, profile: GraphProfile, budget: int, copies: Sequence[int], deadline: Deadline):
-        from ortools.sat.python import cp_model
+        from ortools.sat.python import cp_model  # heavy: imported only where a model is built
 
         self.cp, self.m, self.profile, self.copies = cp_model, cp_model.CpModel(), profile, list(copies)
         n = profile.size
