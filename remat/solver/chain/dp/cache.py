@@ -12,9 +12,8 @@ is bounded on its own (:data:`BOUNDS`):
 * ``"options table"``, ``"options front"``: the multi-option DP's tables and fronts
   (:data:`PROFILES` each).
 
-Apart from the tables, the first entry in is the first out, as each cache did on its own before
-they were gathered here. ``CACHE.clear()`` forgets everything: the next call recomputes, and
-solve's memory of earlier answers starts afresh.
+Apart from the tables, the first entry in is the first out. ``CACHE.clear()`` forgets everything:
+the next call recomputes, and solve's memory of earlier answers starts afresh.
 """
 
 from __future__ import annotations
