@@ -42,8 +42,8 @@ from remat.replay.chain import RematChain  # noqa: E402
 from remat.replay.report import measure_steps  # noqa: E402
 from remat.schedules import ChainProfile, Schedule, load_profile, save_profile, write_json  # noqa: E402
 from remat.solver import solve  # noqa: E402
+from remat.solver.chain.checkpoints import chain_checkpoints  # noqa: E402
 from remat.solver.chain.optimal import optimal_front, pareto_filter, plan, table_for  # noqa: E402
-from remat.solver.chain.pareto import chain_checkpoints  # noqa: E402
 from remat.solver.chain.store_all import store_all_peak  # noqa: E402
 from remat.solver.common import make_schedule  # noqa: E402
 from remat.solver.front import FrontPoint  # noqa: E402

@@ -8,7 +8,7 @@ runs, in the same run and each in its own subprocess:
   strategies (every chain strategy), end to end: start-up, numba's cached code, the multi-scale DP
   front, every baseline's sweep, the CSV and the PNG;
 * ``front``: :func:`remat.solver.chain.optimal.optimal_front` alone (after loading the compiled kernel);
-* ``phases``: :func:`remat.solver.chain.pareto.chain_front`'s parts timed one by one in one process
+* ``phases``: :func:`remat.solver.pareto.chain.chain_front`'s parts timed one by one in one process
   (the DP front, then each baseline's sweep), to show where the time goes.
 
 From the CSV it checks the acceptance items: the front's least memory is at most every
@@ -68,8 +68,8 @@ def _timed(command: list[str]) -> tuple[float, float, str]:
 
 def part_front(path: str) -> dict:
     from remat.schedules import load_profile
+    from remat.solver.chain.dp.table import build_table
     from remat.solver.chain.optimal import optimal_front
-    from remat.solver.chain.optimal_table import build_table
     from remat.solver.chain.store_all import store_all_peak
 
     profile = load_profile(path)
@@ -83,8 +83,8 @@ def part_phases(path: str) -> dict:
     from remat.schedules import load_profile
     from remat.solver import strategy_names
     from remat.solver.chain.optimal import optimal_front
-    from remat.solver.chain.pareto import budget_sweep, sweep_strategy
     from remat.solver.chain.store_all import store_all_peak
+    from remat.solver.pareto.chain import budget_sweep, sweep_strategy
 
     profile = load_profile(path)
     phases = {}

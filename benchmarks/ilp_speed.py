@@ -34,7 +34,7 @@ import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script 
 from remat.schedules import InfeasibleBudgetError, RematError, load_profile  # noqa: E402
 from remat.solver import solve  # noqa: E402
 from remat.solver.graph.baselines import best_baseline_plan, store_all_plan  # noqa: E402
-from remat.solver.graph.checkmate_model import solve_model  # noqa: E402
+from remat.solver.graph.ilp.checkmate_search import solve_model  # noqa: E402
 from remat.solver.graph.stages import memory_lower_bound, plan_peak  # noqa: E402
 from remat.solver.registry import strategy_names  # noqa: E402
 

@@ -1,10 +1,10 @@
 """The numpy-vectorized filling of the ``optimal`` chain DP: a baseline for benchmarks and tests.
 
-This was the implementation of :func:`remat.solver.chain.optimal_table.build_table` before the numba
+This was the implementation of :func:`remat.solver.chain.dp.table.build_table` before the numba
 kernel replaced it; it is kept, unchanged, so that ``benchmarks/solver_speed.py`` can time it
 against the kernel in the same run and ``tests/test_optimal_kernel.py`` can check that the kernel
 fills the same table (same float32 values, same decisions). The recurrence, rounding rules and
-pruning are documented in :mod:`remat.solver.chain.optimal_table`.
+pruning are documented in :mod:`remat.solver.chain.dp.table`.
 
 Layout: cells are computed for ``s`` from ``n-1`` down to 0 and, for each ``s``, ``t`` from
 ``s+1`` up; all ``k`` and all ``j`` of a segment at once with numpy. ``C(j, t, k - A_j)`` for all
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from remat.schedules import ChainProfile
-from remat.solver.chain.optimal_table import INF, Sizes, chain_sizes
+from remat.solver.chain.dp.table import INF, Sizes, chain_sizes
 
 _BLOCK = 96  # candidates j per numpy step: small enough for the bound to prune, large enough to vectorize
 
@@ -31,7 +31,7 @@ _BLOCK = 96  # candidates j per numpy step: small enough for the bound to prune,
 @dataclass
 class NumpyTable:
     """The filled table: ``top`` = C(0, n, k) (float64, ms), ``lo``/``hi`` as in
-    :class:`remat.solver.chain.optimal_table.Table`, ``decisions[(s, t)]`` an int16 array over
+    :class:`remat.solver.chain.dp.table.Table`, ``decisions[(s, t)]`` an int16 array over
     ``k`` in ``[lo, min(hi, K+1))`` (0 = record stage s, j = checkpoint a[j], -1 = infeasible)."""
 
     n: int

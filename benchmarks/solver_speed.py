@@ -4,7 +4,7 @@ For each chain length (a random heterogeneous chain, fixed seed) this measures, 
 implementation in its own subprocess so that peak RSS is per size and per implementation:
 
 * ``table_s``: filling the DP table for the store-all budget at ``--slots`` levels with the numba
-  kernel (:func:`remat.solver.chain.optimal_table.build_table`, compiled code loaded from numba's cache);
+  kernel (:func:`remat.solver.chain.dp.table.build_table`, compiled code loaded from numba's cache);
 * ``front_s``: :func:`remat.solver.chain.optimal.optimal_front` end to end (table + reading one schedule
   back per level where the optimum improves), and the peak RSS of that subprocess;
 * ``numpy_s``: the same table filled by the numpy-vectorized implementation the kernel replaced
@@ -68,9 +68,9 @@ def bench_chain(n: int, seed: int = 0) -> ChainProfile:
 
 
 def reference_top(profile: ChainProfile, slot: int, levels: int) -> list[float]:
-    """C(0, n, k) for k = 0..levels by the plain recurrence (see remat/solver/chain/optimal_table.py),
+    """C(0, n, k) for k = 0..levels by the plain recurrence (see remat/solver/chain/dp/table.py),
     with the same conservative slot rounding, in pure Python: no vectorization, no skipping."""
-    from remat.solver.chain.optimal_table import chain_sizes, record_requirement
+    from remat.solver.chain.dp.table import chain_sizes, record_requirement
 
     n = profile.length
     sizes = chain_sizes(profile, slot)
@@ -134,7 +134,7 @@ def reference_top(profile: ChainProfile, slot: int, levels: int) -> list[float]:
 
 
 def _sizes_for(profile: ChainProfile, slots: int) -> tuple[int, int]:
-    from remat.solver.chain.optimal_table import slot_size
+    from remat.solver.chain.dp.table import slot_size
     from remat.solver.chain.store_all import store_all_peak
 
     free = store_all_peak(profile) - profile.input_size
@@ -148,8 +148,8 @@ def _rss_mb() -> float:
 
 def run_kernel(n: int, slots: int) -> dict:
     """The numba kernel's table and the whole front, in this process (a subprocess of main)."""
+    from remat.solver.chain.dp.table import build_table
     from remat.solver.chain.optimal import optimal_front
-    from remat.solver.chain.optimal_table import build_table
 
     profile = bench_chain(n)
     slot, levels = _sizes_for(profile, slots)
@@ -180,7 +180,7 @@ def run_numpy(n: int, slots: int) -> dict:
     """The numpy-vectorized table (the previous implementation), in this process."""
     from optimal_numpy import build_table_numpy
 
-    from remat.solver.chain.optimal_table import build_table
+    from remat.solver.chain.dp.table import build_table
 
     profile = bench_chain(n)
     slot, levels = _sizes_for(profile, slots)
@@ -223,7 +223,7 @@ def run_reference(n: int, slots: int) -> dict:
 def run_compile() -> dict:
     """First call of the kernel in this process: compile (empty cache) or load (warm cache)."""
     start, cpu = time.perf_counter(), time.process_time()
-    from remat.solver.chain.optimal_table import build_table
+    from remat.solver.chain.dp.table import build_table
 
     build_table(bench_chain(10), 1_000_000, 50)
     return {"first_call_s": time.perf_counter() - start, "first_call_cpu_s": time.process_time() - cpu}

@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 
 from remat.schedules import ChainProfile, InfeasibleBudgetError
 from remat.solver import solve, strategy_names
+from remat.solver.chain.checkpoints import chain_checkpoints
 from remat.solver.chain.chen_greedy import candidate_thresholds, greedy_starts
-from remat.solver.chain.pareto import budget_sweep, chain_checkpoints, sweep_strategy
 from remat.solver.chain.segments import segment_arrays, segment_costs, simulate_segments
 from remat.solver.chain.store_all import store_all_peak
+from remat.solver.pareto.chain import budget_sweep, sweep_strategy
 
 sizes = st.one_of(st.just(0), st.integers(1, 1000), st.integers(10**6, 10**9), st.just(2**66))
 times = st.floats(0.0, 100.0, allow_nan=False, allow_infinity=False)

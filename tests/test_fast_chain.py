@@ -116,7 +116,7 @@ def test_huge_sizes_fall_back_to_python_integers():
 @settings(max_examples=150, deadline=None)
 @given(profile=chains(), seed=st.integers(0, 2**32))
 def test_compiled_checkpoint_count_equals_the_python_count(profile, seed):
-    from remat.solver.chain.pareto import chain_checkpoints, checkpoints_reference
+    from remat.solver.chain.checkpoints import chain_checkpoints, checkpoints_reference
 
     rng = random.Random(seed)
     ops = _valid_ops(profile, rng)

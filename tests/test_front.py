@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 
 from remat.schedules import ChainProfile, InfeasibleBudgetError, RematError, Stage, check_schedule
 from remat.solver import solve, strategy_names
+from remat.solver.chain.dp.table import build_table, slot_size
 from remat.solver.chain.optimal import minimum_budget, optimal_front
-from remat.solver.chain.optimal_table import build_table, slot_size
-from remat.solver.chain.pareto import chain_front
 from remat.solver.chain.store_all import store_all_peak
+from remat.solver.pareto.chain import chain_front
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_exhaustive import exhaustive, random_chain  # noqa: E402
@@ -182,7 +182,7 @@ def test_sizes_past_int64_are_a_clean_error():
 
 def test_wide_decisions_fill_the_same_table():
     """int32 decisions (used from 32,767 stages on) give the same table as int16."""
-    from remat.solver.chain import optimal_table
+    from remat.solver.chain.dp import table as optimal_table
 
     profile = _kernel_chain(25, 5)
     free = store_all_peak(profile) - profile.input_size

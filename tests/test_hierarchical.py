@@ -19,8 +19,8 @@ from remat.schedules import GraphNode, GraphProfile, InfeasibleBudgetError, load
 from remat.solver import solve
 from remat.solver.graph import hierarchical
 from remat.solver.graph.baselines import store_all_plan
-from remat.solver.graph.blocks import cut_blocks, forward_cuts
-from remat.solver.graph.hierarchical_dp import CHECK, fill, read_ops
+from remat.solver.graph.hierarchical.blocks import cut_blocks, forward_cuts
+from remat.solver.graph.hierarchical.dp import CHECK, fill, read_ops
 from remat.solver.graph.stages import plan_peak
 from tests.conftest import EXAMPLES
 
@@ -299,7 +299,7 @@ def test_cli_solve_and_refusal(tmp_path):
 
 
 def test_pareto_front_lists_hierarchical():
-    from remat.solver.graph.pareto import graph_front
+    from remat.solver.pareto.graph import graph_front
 
     profile = autograd_graph(5, blocks=5)
     front = graph_front(profile, ["hierarchical", "store-all"], workers=1, progress=False)

@@ -1,4 +1,4 @@
-"""The local search on the flat R/S plan of the block schedule (remat/solver/graph/hierarchical_flat.py):
+"""The local search on the flat R/S plan of the block schedule (remat/solver/graph/hierarchical/flat.py):
 never slower than its start, always a valid plan within the budget, never faster than the true
 optimum (brute force on tiny graphs), bounded by its work cap and the deadline, and on U-Net at
 half of store-all (where the block DP cannot drop a skip around the decoder's peak) faster."""
@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from remat.schedules import load_profile, simulate
 from remat.solver import solve
 from remat.solver.deadline import Deadline
-from remat.solver.graph import hierarchical_flat
 from remat.solver.graph.baselines import store_all_plan
-from remat.solver.graph.hierarchical_flat import flat_search
+from remat.solver.graph.hierarchical import flat as hierarchical_flat
+from remat.solver.graph.hierarchical.flat import flat_search
 from remat.solver.graph.stages import plan_from_ops, plan_from_policy, plan_ops, plan_peak
 from tests._graph_bruteforce import frontier_optimum, random_graph
 from tests.conftest import EXAMPLES

@@ -1,4 +1,4 @@
-"""The local search over the kept sets of large blocks (remat/solver/graph/hierarchical_refine.py).
+"""The local search over the kept sets of large blocks (remat/solver/graph/hierarchical/refine_blocks.py).
 
 Graphs: random autograd-shaped graphs whose long skips make one block of more than
 ``EXHAUSTIVE_NODES + 1`` forward nodes (so its kept sets are sampled and the search runs), and
@@ -15,10 +15,12 @@ from hypothesis import strategies as st
 
 from remat.schedules import GraphNode, GraphProfile, load_profile, simulate
 from remat.solver import solve
-from remat.solver.graph import hierarchical, hierarchical_flat, hierarchical_refine
+from remat.solver.graph import hierarchical
 from remat.solver.graph.baselines import store_all_plan
-from remat.solver.graph.hierarchical_block import EXHAUSTIVE_NODES, block_model, merged
-from remat.solver.graph.hierarchical_dp import chain_of, fill, read_ops, walk
+from remat.solver.graph.hierarchical import flat as hierarchical_flat
+from remat.solver.graph.hierarchical import refine_blocks as hierarchical_refine
+from remat.solver.graph.hierarchical.block_options import EXHAUSTIVE_NODES, block_model, merged
+from remat.solver.graph.hierarchical.dp import chain_of, fill, read_ops, walk
 from remat.solver.graph.stages import plan_peak
 from tests.conftest import EXAMPLES
 

@@ -1,4 +1,4 @@
-"""HiGHS's branch and cut in a child process (remat/solver/graph/highs_search.py, highs_child.py):
+"""HiGHS's branch and cut in a child process (remat/solver/graph/ilp/highs_search.py, highs_child.py):
 the model file holds the start as its hint and the shifted model starts there; HiGHS's optimum is
 the brute-force optimum on tiny graphs; its bound never exceeds a known schedule; a child that
 fails or outlives its deadline is said plainly, and the ``ilp`` strategy still answers."""
@@ -13,14 +13,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ortools.sat.python import cp_model
 
-import remat.solver.graph.highs_search as highs_search
 import remat.solver.graph.ilp as ilp
+import remat.solver.graph.ilp.highs_search as highs_search
 from remat.schedules.simulator import check_schedule
 from remat.solver.deadline import Deadline
 from remat.solver.graph.baselines import best_baseline_plan, store_all_plan
-from remat.solver.graph.checkmate_model import build_model, solve_model
-from remat.solver.graph.highs_child import read_model
-from remat.solver.graph.highs_search import GRACE_SECONDS, branch_and_cut
+from remat.solver.graph.ilp.checkmate_search import build_model, solve_model
+from remat.solver.graph.ilp.highs_child import read_model
+from remat.solver.graph.ilp.highs_search import GRACE_SECONDS, branch_and_cut
 from remat.solver.graph.stages import memory_lower_bound, plan_peak
 from tests._graph_bruteforce import frontier_optimum, random_graph
 from tests.test_ilp_warm_starts import _chain_graph
@@ -52,8 +52,8 @@ def test_the_model_file_holds_the_start_and_its_cost(tmp_path):
 def test_the_forced_frees_are_left_out_and_the_names_agree(tmp_path):
     """The child drops exactly the constraints that force FREE up to Checkmate's rule, one per
     FREE variable; the name it drops is the model's (the child cannot import it)."""
-    from remat.solver.graph import highs_child
-    from remat.solver.graph.checkmate_model import FORCED_FREE
+    from remat.solver.graph.ilp import highs_child
+    from remat.solver.graph.ilp.checkmate_model import FORCED_FREE
 
     assert highs_child.LEFT_OUT == FORCED_FREE
     profile, budget = _chain_graph(8, seed=1)

@@ -17,7 +17,7 @@ from remat.solver import solve
 from remat.solver.deadline import Deadline
 from remat.solver.graph.baselines import best_baseline_plan, store_all_plan
 from remat.solver.graph.chain_to_graph import chain_to_graph
-from remat.solver.graph.checkmate_model import solve_model
+from remat.solver.graph.ilp.checkmate_search import solve_model
 from remat.solver.graph.stages import memory_lower_bound, plan_from_s, plan_memory, plan_ops, plan_peak
 from tests._graph_bruteforce import frontier_optimum, general_optimum, random_graph
 

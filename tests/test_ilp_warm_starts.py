@@ -113,7 +113,7 @@ def test_moccasin_beside_highs_wins_when_faster(monkeypatch):
     import time
 
     from remat.solver.deadline import TimeUp
-    from remat.solver.graph.highs_search import BranchAndCut
+    from remat.solver.graph.ilp.highs_search import BranchAndCut
 
     profile, budget = _chain_graph()
     baseline = best_baseline_plan(profile, budget)
@@ -141,7 +141,7 @@ def test_default_providers_start_from_the_hierarchical_schedule(monkeypatch):
     slower than the hierarchical solver's own schedule at that budget."""
     from remat.solver import solve
     from remat.solver.deadline import TimeUp
-    from remat.solver.graph.highs_search import BranchAndCut
+    from remat.solver.graph.ilp.highs_search import BranchAndCut
 
     profile, budget = _chain_graph()
 

@@ -9,8 +9,8 @@ from remat.schedules.simulator import check_schedule
 from remat.solver import solve
 from remat.solver.graph.baselines import store_all_plan
 from remat.solver.graph.chain_to_graph import chain_to_graph
-from remat.solver.graph.pareto import default_budgets, graph_front
 from remat.solver.graph.stages import memory_lower_bound, plan_peak
+from remat.solver.pareto.graph import default_budgets, graph_front
 from tests._graph_bruteforce import frontier_optimum, random_graph
 
 
@@ -72,18 +72,18 @@ def test_graph_front_in_a_process_pool():
 
 
 def test_graph_front_keeps_failures_and_survives_an_unexpected_exception(monkeypatch):
-    import remat.solver
+    import remat.solver.pareto.graph as graph_pareto  # graph_front solves through its own name
 
     profile = random_graph(7, 3)  # four distinct budgets
     budgets = default_budgets(profile, count=4)
-    real = remat.solver.solve
+    real = graph_pareto.solve
 
     def flaky(profile, budget, strategy, **options):
         if strategy == "chen-greedy" and budget == budgets[1]:
             raise ZeroDivisionError("boom")
         return real(profile, budget, strategy, **options)
 
-    monkeypatch.setattr(remat.solver, "solve", flaky)
+    monkeypatch.setattr(graph_pareto, "solve", flaky)
     front = graph_front(profile, ["chen-greedy", "store-all"], budgets, time_limit=5, workers=1, progress=False)
     failed = {(f.strategy, f.budget): f for f in front.failed}
     assert failed[("chen-greedy", budgets[1])].message == "ZeroDivisionError: boom"

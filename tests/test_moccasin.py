@@ -1,4 +1,4 @@
-"""``ilp --formulation moccasin``: the retention-interval model (remat/solver/graph/moccasin.py).
+"""``ilp --formulation moccasin``: the retention-interval model (remat/solver/graph/ilp/moccasin.py).
 
 With enough copies per node its optimum is brute force's optimum over every op order (which is
 never above Checkmate's frontier-advancing optimum); the model's own peak is the simulator's; the
@@ -17,7 +17,7 @@ from remat.schedules import RematError, simulate
 from remat.schedules.simulator import check_schedule
 from remat.solver import solve
 from remat.solver.graph.baselines import best_baseline_plan, store_all_plan
-from remat.solver.graph.moccasin import solve_intervals
+from remat.solver.graph.ilp.moccasin import solve_intervals
 from remat.solver.graph.stages import memory_lower_bound, plan_peak
 from tests._graph_bruteforce import frontier_optimum, general_optimum, random_graph
 

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from remat.schedules import ChainProfile, Stage
+from remat.solver.chain.dp.table import STORE_ALL, build_table, slot_size
 from remat.solver.chain.optimal import minimum_budget
-from remat.solver.chain.optimal_table import STORE_ALL, build_table, slot_size
 from remat.solver.chain.store_all import store_all_peak
 
 _BASELINE = Path(__file__).resolve().parents[1] / "benchmarks" / "optimal_numpy.py"

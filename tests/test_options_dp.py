@@ -1,4 +1,4 @@
-"""The multi-option chain DP (remat.solver.chain.optimal_options) against the single-option DP, a brute
+"""The multi-option chain DP (remat.solver.chain.dp.options, .options_front) against the single-option DP, a brute
 force over every persistent schedule, and the simulator; `remat solve`/`remat pareto` on it."""
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from remat.schedules import (
     simulate,
 )
 from remat.solver.chain import optimal
-from remat.solver.chain.optimal_options import build_options_table, read_plan
-from remat.solver.chain.optimal_table import build_table
+from remat.solver.chain.dp.options import build_options_table, read_plan
+from remat.solver.chain.dp.table import build_table
 from remat.solver.chain.store_all import store_all_peak
 
 

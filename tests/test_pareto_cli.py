@@ -15,10 +15,11 @@ import pytest
 from remat.cli import main
 from remat.schedules import ChainProfile, GraphNode, GraphProfile, Stage, save_profile, simulate
 from remat.solver import solve
-from remat.solver.chain.pareto import budget_sweep, chain_checkpoints
+from remat.solver.chain.checkpoints import chain_checkpoints
 from remat.solver.chain.store_all import store_all_peak
 from remat.solver.front import FrontPoint
-from remat.solver.graph.pareto import FailedPoint, GraphFront
+from remat.solver.pareto.chain import budget_sweep
+from remat.solver.pareto.graph import FailedPoint, GraphFront
 
 
 def chain(n: int = 14) -> ChainProfile:

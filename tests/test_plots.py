@@ -15,8 +15,8 @@ from matplotlib.text import Annotation  # noqa: E402
 
 from remat.plots import _scale, front_figure  # noqa: E402
 from remat.schedules import format_size, load_profile  # noqa: E402
-from remat.solver.chain.pareto import chain_front  # noqa: E402
 from remat.solver.front import FrontPoint  # noqa: E402
+from remat.solver.pareto.chain import chain_front  # noqa: E402
 
 STRATEGIES = ["optimal", "store-all", "recompute-all", "sequential", "chen-sqrt", "chen-greedy", "revolve"]
 

@@ -18,9 +18,9 @@ from remat.schedules import RematError, load_profile
 from remat.solver import solve
 from remat.solver.deadline import MARGIN_FRACTION, MARGIN_SECONDS, Deadline, TimeUp
 from remat.solver.graph.chain_to_graph import chain_to_graph
-from remat.solver.graph.checkmate_model import solve_model, solve_relaxation
-from remat.solver.graph.highs_search import BranchAndCut
-from remat.solver.graph.lp_rounding import Rounded
+from remat.solver.graph.ilp.checkmate_search import solve_model, solve_relaxation
+from remat.solver.graph.ilp.highs_search import BranchAndCut
+from remat.solver.graph.ilp.lp_rounding import Rounded
 
 
 class FakeClock:
@@ -138,7 +138,7 @@ def test_time_limit_must_be_finite_and_positive():
 
 
 def test_lp_rounding_that_ran_out_before_any_rounding_says_so(monkeypatch):
-    import remat.solver.graph.lp_rounding as lp
+    import remat.solver.graph.ilp.lp_rounding as lp
 
     def out_of_time(profile, budget, deadline):
         return Rounded("optimal", 1.0, None, "", None, 1.0, "rounding")

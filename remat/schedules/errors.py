@@ -1,6 +1,21 @@
-"""Errors remat raises for bad input. Each carries a one-line message meant for the user."""
+"""Errors remat raises for bad input. Each carries a one-line message meant for the user.
+
+The bottom of remat: this module imports nothing of remat. The size text its messages print
+(:func:`format_size`) is defined here for that reason; :mod:`remat.schedules.units` re-exports it
+beside :func:`~remat.schedules.units.parse_size`.
+"""
 
 from __future__ import annotations
+
+
+def format_size(size: float) -> str:
+    """Human-readable binary size of ``size`` bytes, e.g. ``1.50 GiB``."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if abs(value) < 1024 or unit == "EiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
 
 
 class RematError(Exception):
@@ -25,8 +40,6 @@ class InfeasibleBudgetError(RematError):
     """
 
     def __init__(self, strategy: str, budget: int, min_budget: int | None, detail: str = "", bound: str = "exact"):
-        from remat.schedules.units import format_size
-
         if bound not in ("exact", "at least", "found"):
             raise ValueError(f"bound must be 'exact', 'at least' or 'found', got {bound!r}")
         self.strategy = strategy

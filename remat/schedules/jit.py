@@ -40,7 +40,7 @@ def njit_cached(function: Callable[..., Any] | None = None, *, nogil: bool = Fal
     bare (``@njit_cached``) or with that option (``@njit_cached(nogil=True)``)."""
     if function is None:
         return lambda inner: njit_cached(inner, nogil=nogil)
-    from numba import config, njit
+    from numba import config, njit  # heavy: paid by the modules that compile something, not by remat.schedules
 
     try:
         return njit(cache=True, nogil=nogil)(function)

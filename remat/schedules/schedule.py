@@ -3,7 +3,7 @@
 Chain ops are ``("F_ck", i)``, ``("F_n", i)``, ``("F_all", i)`` and ``("B", i)``, plus
 ``("F_all", i, k)``: record stage i with its option k >= 1 (``["F_all", i, 0]`` is read as
 ``("F_all", i)``, so option 0 always has the short form); graph ops are ``("compute", v)`` and
-``("free", v)``. Semantics are in DESIGN.md and implemented once, in
+``("free", v)``. Semantics are in docs/model.md ("Chains", "Graphs") and implemented once, in
 :mod:`remat.schedules.simulator`.
 """
 

@@ -1,7 +1,8 @@
 """THE simulator: the single source of truth for validity, peak memory and compute time.
 
 Every solver's claimed cost must equal what :func:`simulate` says, and the executor's
-"predicted" column comes from here. Semantics follow DESIGN.md:
+"predicted" column comes from here. Semantics follow docs/model.md ("Chains", "Graphs", "What
+the simulator reports"):
 
 Chain (items ``a[i]``, ``abar[i+1]``, ``g[i]``; the state starts with ``a[0]``, never removed):
 
@@ -101,6 +102,8 @@ def simulate_chain(profile: ChainProfile, ops: Iterable[Op], timeline: bool = Tr
 
 def _simulate_chain_fast(profile: ChainProfile, ops: Sequence[Op]) -> SimulationResult | None:
     """The compiled simulation, or None when it cannot be used or the op list is invalid."""
+    # imported here (and below): fast_chain compiles with numba, a heavy import that
+    # `import remat.schedules` and short op lists never pay
     from remat.schedules import fast_chain
 
     arrays = _profile_arrays(profile)
@@ -129,102 +132,135 @@ def _profile_arrays(profile: ChainProfile) -> tuple | None:
 
 def _simulate_chain_reference(profile: ChainProfile, ops: Iterable[Op], timeline: bool = True) -> SimulationResult:
     """The reference simulation in Python integers (see :func:`simulate_chain`)."""
-    n = profile.length
-    act = [profile.activation_size(i) for i in range(n + 1)]
-    a_held = [False] * (n + 1)
-    abar_held = [False] * (n + 1)
-    g_held = [False] * (n + 1)
-    a_held[0] = True
-    memory = act[0]
-    peak_memory = memory
-    compute_ms = 0.0
-    next_backward = n - 1
-    forward_runs = [0] * n  # recompute = sum of (runs - 1) * forward_ms: exact 0 when nothing is rerun
-    recorded = [0] * (n + 1)  # the option abar[i+1] was recorded with
-    option_extra_ms = 0.0  # what the options' backwards add over the stages' own (recompute inside)
+    state = _ChainState(profile)
     records: list[OpRecord] = []
-
     for position, (op, i, *rest) in enumerate(ops):
         option = rest[0] if rest else 0
         label = _op_label(position, op, i, option)
-        if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < n:
-            raise ScheduleError(f"{label}: stage index out of range (chain has {n} stages)")
-        if option and (op != "F_all" or not 0 <= option < profile.stages[i].option_count):
-            count = profile.stages[i].option_count
-            what = "only F_all takes an option" if op != "F_all" else f"stage {i} has options 0..{count - 1}"
-            raise ScheduleError(f"{label}: option index out of range ({what})")
-        if next_backward < 0:
-            raise ScheduleError(f"{label}: comes after the last backward (B 0)")
-        stage = profile.stages[i]
-        before = memory
+        state.check(label, op, i, option)
         if op == "F_ck" or op == "F_n" or op == "F_all":
-            present = a_held[i] or abar_held[i]
-            if op == "F_n" and not a_held[i]:
-                reason = "is only held inside abar" if present else "is not in memory"
-                raise ScheduleError(f"{label}: needs a[{i}], which {reason}")
-            if not present:
-                raise ScheduleError(f"{label}: needs a_{i} (a[{i}] or abar[{i}]), which is not in memory")
-            if op == "F_all":
-                if abar_held[i + 1]:
-                    raise ScheduleError(f"{label}: abar[{i + 1}] is already in memory")
-                added = stage.recording(option).saved_size
-                abar_held[i + 1] = True
-                recorded[i + 1] = option
-            else:
-                if a_held[i + 1]:
-                    raise ScheduleError(f"{label}: a[{i + 1}] is already in memory")
-                added = act[i + 1]
-                a_held[i + 1] = True
-            transient = stage.recording(option).forward_overhead if op == "F_all" else stage.nograd_overhead
-            op_peak = before + added + transient
-            memory = before + added
-            if op == "F_n" and i != 0:
-                a_held[i] = False
-                memory -= act[i]
-            compute_ms += stage.forward_ms
-            forward_runs[i] += 1
+            before, op_peak = state.forward(label, op, i, option)
         elif op == "B":
-            if i != next_backward:
-                raise ScheduleError(f"{label}: expected B {next_backward} (backwards run once each, n-1 down to 0)")
-            if i == n - 1:
-                g_held[n] = True
-                memory += act[n]
-                before = memory
-            if not abar_held[i + 1]:
-                raise ScheduleError(f"{label}: needs abar[{i + 1}], which is not in memory")
-            if not (a_held[i] or abar_held[i]):
-                raise ScheduleError(f"{label}: needs a_{i} (a[{i}] or abar[{i}]), which is not in memory")
-            recording = stage.recording(recorded[i + 1])
-            op_peak = before + act[i] + recording.backward_overhead
-            memory = before + act[i]
-            g_held[i] = True
-            abar_held[i + 1] = False
-            memory -= recording.saved_size
-            g_held[i + 1] = False
-            memory -= act[i + 1]
-            if a_held[i] and i != 0:
-                a_held[i] = False
-                memory -= act[i]
-            compute_ms += recording.backward_ms
-            option_extra_ms += recording.backward_ms - stage.backward_ms
-            next_backward -= 1
+            before, op_peak = state.backward(label, i)
         else:
             raise ScheduleError(f"{label}: unknown chain op {op!r} (use F_ck, F_n, F_all, B)")
-        peak_memory = max(peak_memory, op_peak)
+        state.peak_memory = max(state.peak_memory, op_peak)
         if timeline:
-            records.append(OpRecord(position, op, i, before, op_peak, memory))
+            records.append(OpRecord(position, op, i, before, op_peak, state.memory))
+    return state.result(tuple(records))
 
-    if next_backward >= 0:
-        raise ScheduleError(f"schedule ends before B {next_backward}: every B must run once, n-1 down to 0")
-    # Every stage ran forward at least once (its B needed its abar), so runs - 1 >= 0.
-    recompute_ms = sum((runs - 1) * stage.forward_ms for runs, stage in zip(forward_runs, profile.stages, strict=True))
-    recompute_ms += option_extra_ms  # adds exact 0.0 when no option is used: old results unchanged
-    return SimulationResult(
-        peak_memory=peak_memory,
-        compute_ms=compute_ms,
-        recompute_ms=recompute_ms,
-        timeline=tuple(records),
-    )
+
+class _ChainState:
+    """What the reference simulation holds between ops: the items in memory (``a[i]``,
+    ``abar[i]``, ``g[i]`` flags), the memory and its peak (bytes), the time so far (ms), and what
+    the recompute time is summed from (forward runs per stage, the options' extra backward time)."""
+
+    def __init__(self, profile: ChainProfile) -> None:
+        n = profile.length
+        self.profile = profile
+        self.n = n
+        self.act = [profile.activation_size(i) for i in range(n + 1)]
+        self.a_held = [False] * (n + 1)
+        self.abar_held = [False] * (n + 1)
+        self.g_held = [False] * (n + 1)
+        self.a_held[0] = True
+        self.memory = self.act[0]
+        self.peak_memory = self.memory
+        self.compute_ms = 0.0
+        self.next_backward = n - 1
+        self.forward_runs = [0] * n  # recompute = sum of (runs - 1) * forward_ms: exact 0 when nothing is rerun
+        self.recorded = [0] * (n + 1)  # the option abar[i+1] was recorded with
+        self.option_extra_ms = 0.0  # what the options' backwards add over the stages' own (recompute inside)
+
+    def check(self, label: str, op: str, i: int, option: int) -> None:
+        """The checks every op passes first: its stage index, its option, not after the last ``B``."""
+        n = self.n
+        if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < n:
+            raise ScheduleError(f"{label}: stage index out of range (chain has {n} stages)")
+        if option and (op != "F_all" or not 0 <= option < self.profile.stages[i].option_count):
+            count = self.profile.stages[i].option_count
+            what = "only F_all takes an option" if op != "F_all" else f"stage {i} has options 0..{count - 1}"
+            raise ScheduleError(f"{label}: option index out of range ({what})")
+        if self.next_backward < 0:
+            raise ScheduleError(f"{label}: comes after the last backward (B 0)")
+
+    def forward(self, label: str, op: str, i: int, option: int) -> tuple[int, int]:
+        """Run ``F_ck i``, ``F_n i`` or ``F_all i option``; returns (memory before, op peak) in bytes."""
+        stage = self.profile.stages[i]
+        a_held, abar_held = self.a_held, self.abar_held
+        before = self.memory
+        present = a_held[i] or abar_held[i]
+        if op == "F_n" and not a_held[i]:
+            reason = "is only held inside abar" if present else "is not in memory"
+            raise ScheduleError(f"{label}: needs a[{i}], which {reason}")
+        if not present:
+            raise ScheduleError(f"{label}: needs a_{i} (a[{i}] or abar[{i}]), which is not in memory")
+        if op == "F_all":
+            if abar_held[i + 1]:
+                raise ScheduleError(f"{label}: abar[{i + 1}] is already in memory")
+            added = stage.recording(option).saved_size
+            abar_held[i + 1] = True
+            self.recorded[i + 1] = option
+        else:
+            if a_held[i + 1]:
+                raise ScheduleError(f"{label}: a[{i + 1}] is already in memory")
+            added = self.act[i + 1]
+            a_held[i + 1] = True
+        transient = stage.recording(option).forward_overhead if op == "F_all" else stage.nograd_overhead
+        op_peak = before + added + transient
+        self.memory = before + added
+        if op == "F_n" and i != 0:
+            a_held[i] = False
+            self.memory -= self.act[i]
+        self.compute_ms += stage.forward_ms
+        self.forward_runs[i] += 1
+        return before, op_peak
+
+    def backward(self, label: str, i: int) -> tuple[int, int]:
+        """Run ``B i`` (``g[n]`` appears just before ``B n-1``); returns (memory before, op peak) in bytes."""
+        n, act = self.n, self.act
+        stage = self.profile.stages[i]
+        if i != self.next_backward:
+            raise ScheduleError(f"{label}: expected B {self.next_backward} (backwards run once each, n-1 down to 0)")
+        if i == n - 1:
+            self.g_held[n] = True
+            self.memory += act[n]
+        before = self.memory
+        if not self.abar_held[i + 1]:
+            raise ScheduleError(f"{label}: needs abar[{i + 1}], which is not in memory")
+        if not (self.a_held[i] or self.abar_held[i]):
+            raise ScheduleError(f"{label}: needs a_{i} (a[{i}] or abar[{i}]), which is not in memory")
+        recording = stage.recording(self.recorded[i + 1])
+        op_peak = before + act[i] + recording.backward_overhead
+        memory = before + act[i]
+        self.g_held[i] = True
+        self.abar_held[i + 1] = False
+        memory -= recording.saved_size
+        self.g_held[i + 1] = False
+        memory -= act[i + 1]
+        if self.a_held[i] and i != 0:
+            self.a_held[i] = False
+            memory -= act[i]
+        self.memory = memory
+        self.compute_ms += recording.backward_ms
+        self.option_extra_ms += recording.backward_ms - stage.backward_ms
+        self.next_backward -= 1
+        return before, op_peak
+
+    def result(self, timeline: tuple[OpRecord, ...]) -> SimulationResult:
+        """The outcome once every op ran; an error if some ``B`` never did."""
+        if self.next_backward >= 0:
+            raise ScheduleError(f"schedule ends before B {self.next_backward}: every B must run once, n-1 down to 0")
+        # Every stage ran forward at least once (its B needed its abar), so runs - 1 >= 0.
+        stages = self.profile.stages
+        recompute_ms = sum((runs - 1) * stage.forward_ms for runs, stage in zip(self.forward_runs, stages, strict=True))
+        recompute_ms += self.option_extra_ms  # adds exact 0.0 when no option is used: old results unchanged
+        return SimulationResult(
+            peak_memory=self.peak_memory,
+            compute_ms=self.compute_ms,
+            recompute_ms=recompute_ms,
+            timeline=timeline,
+        )
 
 
 def simulate_graph(profile: GraphProfile, ops: Iterable[Op], timeline: bool = True) -> SimulationResult:

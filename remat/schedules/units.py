@@ -1,7 +1,9 @@
 """Parsing and printing of memory sizes (bytes).
 
 Parsing is exact: the text's digits are read as a :class:`fractions.Fraction`, never a float, so
-``100%`` of any reference is that reference and ``9007199254740995`` is itself.
+``100%`` of any reference is that reference and ``9007199254740995`` is itself. Printing
+(:func:`format_size`) lives in :mod:`remat.schedules.errors`, whose messages need it and which
+imports nothing of remat; it is re-exported here.
 """
 
 from __future__ import annotations
@@ -9,7 +11,9 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from remat.schedules.errors import RematError
+from remat.schedules.errors import RematError, format_size
+
+__all__ = ["MAX_SIZE", "format_size", "parse_size"]
 
 _UNITS = {
     "": 1,
@@ -94,13 +98,3 @@ def parse_size(text: str | int, reference: int | None = None) -> int:
     if value > MAX_SIZE:
         raise RematError(f"size '{raw}': too large (more than 2**100 bytes)")
     return int(value)  # Fraction -> int truncates toward zero: rounds down for these non-negative values
-
-
-def format_size(size: float) -> str:
-    """Human-readable binary size, e.g. ``1.50 GiB``."""
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
-        if abs(value) < 1024 or unit == "EiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")

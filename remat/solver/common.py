@@ -8,7 +8,16 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from remat.schedules import ChainProfile, GraphProfile, InfeasibleBudgetError, Op, Schedule, parse_ops, simulate
+from remat.schedules import (
+    ChainProfile,
+    GraphProfile,
+    InfeasibleBudgetError,
+    Op,
+    ProfileError,
+    Schedule,
+    parse_ops,
+    simulate,
+)
 
 Profile = ChainProfile | GraphProfile
 
@@ -102,8 +111,6 @@ def make_schedule(
 
 def require_chain(profile: Profile, strategy: str) -> ChainProfile:
     """Return ``profile`` if it is a chain, else raise a one-line error."""
-    from remat.schedules import ProfileError
-
     if not isinstance(profile, ChainProfile):
         raise ProfileError(f"strategy '{strategy}' solves chain profiles; this profile is a graph")
     return profile
@@ -111,8 +118,6 @@ def require_chain(profile: Profile, strategy: str) -> ChainProfile:
 
 def require_graph(profile: Profile, strategy: str) -> GraphProfile:
     """Return ``profile`` if it is a graph, else raise a one-line error."""
-    from remat.schedules import ProfileError
-
     if not isinstance(profile, GraphProfile):
         raise ProfileError(f"strategy '{strategy}' solves graph profiles; this profile is a chain")
     return profile

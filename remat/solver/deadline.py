@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from remat.schedules import RematError
+
 # The promise: a solve given L seconds ends within L * (1 + MARGIN_FRACTION) + MARGIN_SECONDS.
 MARGIN_SECONDS = 1.0
 MARGIN_FRACTION = 0.05
@@ -68,8 +70,6 @@ class Deadline:
 
 def check_time_limit(value: float, strategy: str) -> float:
     """``value`` if it is a usable time limit (finite, > 0 seconds), else a one-line error."""
-    from remat.schedules import RematError
-
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
         raise RematError(
             f"strategy '{strategy}': time_limit must be a finite positive number of seconds, not {value!r}"

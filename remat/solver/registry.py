@@ -19,7 +19,8 @@ from remat.solver.chain import (
 )
 from remat.solver.common import Strategy
 from remat.solver.graph import baselines as graph_baselines
-from remat.solver.graph import hierarchical, ilp, lp_rounding
+from remat.solver.graph import hierarchical, ilp
+from remat.solver.graph.ilp import lp_rounding
 
 _ALL: tuple[Strategy, ...] = (
     store_all.STRATEGY,

@@ -1,228 +1,25 @@
-"""Memory/compute fronts of a chain: the ``optimal`` DP's whole front plus baselines swept over budgets.
+"""Old home of the chain front's names, kept so that existing imports keep working.
 
-No matplotlib here (the plot is :func:`remat.plots.plot_front`). Units: bytes and milliseconds.
+The cross-strategy front is :mod:`remat.solver.pareto.chain` (above the registry), the front's
+points and files are :mod:`remat.solver.front`, the checkpoint count is
+:mod:`remat.solver.chain.checkpoints`. Nothing in remat.solver imports this module.
 """
 
-from __future__ import annotations
+from remat.solver.chain.checkpoints import chain_checkpoints, checkpoints_reference
+from remat.solver.front import CSV_FIELDS, FRONT_FORMAT, front_rows, overhead_percent, write_front_csv, write_front_json
+from remat.solver.pareto.chain import ChainFront, budget_sweep, chain_front, sweep_strategy
 
-import csv
-import math
-import os
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any
-
-from remat.schedules import ChainProfile, InfeasibleBudgetError, Op, RematError, write_json
-from remat.schedules.simulator import FAST_FROM_OPS
-from remat.solver.chain.store_all import store_all_peak
-from remat.solver.front import FrontPoint
-
-FRONT_FORMAT = "remat-front-v1"
-CSV_FIELDS = (
-    "strategy",
-    "budget",
-    "peak_memory",
-    "compute_ms",
-    "recompute_ms",
-    "checkpoints",
-    "lower_bound_ms",
-    "gap",
-)
-
-
-def chain_checkpoints(ops: Sequence[Op]) -> int:
-    """Most activations ``a[i]`` (i >= 1) held at once by a chain schedule (long op lists are
-    counted by the compiled :func:`remat.schedules.fast_chain.most_held`, same rules)."""
-    if len(ops) >= FAST_FROM_OPS:
-        from remat.schedules import fast_chain
-
-        encoded = fast_chain.encode(ops)
-        if encoded is not None:
-            return int(fast_chain.most_held(*encoded))
-    return checkpoints_reference(ops)
-
-
-def checkpoints_reference(ops: Iterable[Op]) -> int:
-    """:func:`chain_checkpoints` op by op in Python (the rules the compiled count follows)."""
-    held: set[int] = set()
-    most = 0
-    for name, i, *_ in ops:
-        if name in ("F_ck", "F_n"):
-            held.add(i + 1)
-            if name == "F_n":
-                held.discard(i)
-        elif name == "B":
-            held.discard(i)
-        most = max(most, len(held))
-    return most
-
-
-def budget_sweep(low: int, high: int, count: int) -> list[int]:
-    """``count`` budgets (bytes) spaced geometrically from ``low`` to ``high`` inclusive."""
-    low = max(1, int(low))
-    high = max(low, int(high))
-    if count <= 1 or low == high:
-        return [high]
-    ratio = (high / low) ** (1.0 / (count - 1))
-    budgets = sorted({min(high, int(round(low * ratio**i))) for i in range(count)} | {high})
-    return budgets
-
-
-def sweep_strategy(
-    profile: ChainProfile, strategy: str, budgets: Sequence[int], progress: bool = False
-) -> list[FrontPoint]:
-    """Solve ``profile`` with ``strategy`` at each budget; infeasible budgets are skipped and
-    repeated schedules (same peak and time) kept once, at the smallest budget.
-
-    A strategy that can say which schedule a budget gets without building it (``choose``) is
-    solved only at the budgets whose schedule is new: each distinct schedule is built and
-    simulated once (budgets are visited in increasing order, so the smallest budget is kept)."""
-    from remat.solver import solve
-    from remat.solver.registry import get_strategy
-
-    choose = get_strategy(strategy, "chain").choose
-    seen: set = set()
-
-    iterator: Iterable[int] = budgets
-    if progress:
-        from tqdm import tqdm
-
-        iterator = tqdm(budgets, desc=strategy, unit="budget", leave=False)
-    points: dict[tuple[int, float], FrontPoint] = {}
-    for budget in iterator if choose is None else sorted(iterator):
-        if choose is not None:
-            key = choose(profile, budget)
-            if key is None or key in seen:
-                continue
-            seen.add(key)
-        try:
-            schedule = solve(profile, budget, strategy)
-        except InfeasibleBudgetError:
-            continue
-        predicted = schedule.predicted
-        key = (predicted.peak_memory, round(predicted.compute_ms, 9))
-        if key in points:
-            continue
-        points[key] = FrontPoint(
-            strategy=strategy,
-            budget=int(budget),
-            peak_memory=predicted.peak_memory,
-            compute_ms=predicted.compute_ms,
-            recompute_ms=predicted.recompute_ms,
-            checkpoints=chain_checkpoints(schedule.ops),
-        )
-    return sorted(points.values(), key=lambda p: (p.peak_memory, p.compute_ms))
-
-
-@dataclass(frozen=True)
-class ChainFront:
-    """Everything ``remat pareto`` shows for a chain.
-
-    Attributes:
-        profile: the chain.
-        points: optimal front points first (sorted by peak), then each baseline's points.
-        store_all_ms: step time without recomputation, ms.
-        forward_ms: time of one forward pass over the chain, ms (the √n regime's overhead).
-    """
-
-    profile: ChainProfile
-    points: tuple[FrontPoint, ...]
-    store_all_ms: float
-    forward_ms: float
-
-    def by_strategy(self) -> dict[str, list[FrontPoint]]:
-        grouped: dict[str, list[FrontPoint]] = {}
-        for point in self.points:
-            grouped.setdefault(point.strategy, []).append(point)
-        return grouped
-
-    def marks(self) -> dict[str, FrontPoint]:
-        """The optimal front's store-all, minimum-memory and √n points (√n: the least memory
-        whose recomputation is at most one extra forward pass, Chen et al.'s regime)."""
-        optimal = [p for p in self.points if p.strategy == "optimal"]
-        if not optimal:
-            return {}
-        marks = {"minimum memory": min(optimal, key=lambda p: p.peak_memory)}
-        marks["store-all"] = max(optimal, key=lambda p: (p.peak_memory, -p.compute_ms))
-        within = [p for p in optimal if p.recompute_ms <= self.forward_ms * (1 + 1e-9)]
-        if within:
-            marks["√n (≤ 1 extra forward)"] = min(within, key=lambda p: p.peak_memory)
-        return marks
-
-
-def chain_front(
-    profile: ChainProfile,
-    strategies: Sequence[str],
-    slots: int = 500,
-    points: int = 24,
-    progress: bool = False,
-    while_waiting: Callable[[], object] | None = None,
-) -> ChainFront:
-    """The DP's front (if ``optimal`` is among ``strategies``) and every other strategy solved at
-    ``points`` budgets between the smallest peak any front reaches and the store-all peak.
-
-    ``while_waiting`` is called once the baselines are swept, while the DP's tables may still be
-    filling (the CLI imports matplotlib there)."""
-    from remat.solver import strategy_names
-    from remat.solver.chain.optimal import minimum_budget, optimal_front
-
-    known = strategy_names("chain")
-    for name in strategies:
-        if name not in known:
-            raise RematError(f"--strategies: unknown chain strategy '{name}' (available: {', '.join(known)})")
-    # the front's least memory is the exact minimum: the sweep's budgets need not wait for the front
-    low = minimum_budget(profile, slots=slots)
-    budgets = budget_sweep(max(profile.input_size, low // 2), store_all_peak(profile), points)
-    baselines = [name for name in strategies if name != "optimal"]
-    collected: list[FrontPoint] = []
-    # the DP's tables are filled in threads that release the GIL: the baselines are swept
-    # meanwhile, with their progress bars only (the DP's would interleave with them)
-    background = "optimal" in strategies and (bool(baselines) or not progress)
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        dp = pool.submit(optimal_front, profile, slots) if background else None
-        if "optimal" in strategies and dp is None:
-            collected.extend(optimal_front(profile, slots=slots, progress=progress))
-        swept = [point for name in baselines for point in sweep_strategy(profile, name, budgets, progress=progress)]
-        if while_waiting is not None:
-            while_waiting()
-        if dp is not None:
-            collected.extend(dp.result())
-    collected.extend(swept)
-    forward = sum(stage.forward_ms for stage in profile.stages)
-    return ChainFront(profile, tuple(collected), profile.store_all_compute_ms, forward)
-
-
-def front_rows(points: Iterable[FrontPoint]) -> list[dict[str, Any]]:
-    """One dict per point with :data:`CSV_FIELDS` (bytes, milliseconds)."""
-    return [{key: point.to_dict()[key] for key in CSV_FIELDS} for point in points]
-
-
-def write_front_csv(points: Iterable[FrontPoint], path: str | os.PathLike[str]) -> None:
-    """CSV with a header row and one row per front point."""
-    with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS)
-        writer.writeheader()
-        for row in front_rows(points):
-            writer.writerow({k: "" if v is None else v for k, v in row.items()})
-
-
-def write_front_json(
-    profile: Any, points: Iterable[FrontPoint], store_all_ms: float, path: str | os.PathLike[str]
-) -> None:
-    """``{"format": "remat-front-v1", "profile", "profile_sha256", "store_all_compute_ms", "points": [...]}``."""
-    write_json(
-        {
-            "format": FRONT_FORMAT,
-            "profile": profile.name,
-            "profile_sha256": profile.sha256,
-            "store_all_compute_ms": store_all_ms,
-            "points": front_rows(points),
-        },
-        path,
-    )
-
-
-def overhead_percent(compute_ms: float, store_all_ms: float) -> float:
-    """Step-time overhead over store-all, percent."""
-    return 100.0 * (compute_ms / store_all_ms - 1.0) if store_all_ms > 0 else 0.0 if math.isfinite(compute_ms) else 0.0
+__all__ = [
+    "CSV_FIELDS",
+    "FRONT_FORMAT",
+    "ChainFront",
+    "budget_sweep",
+    "chain_checkpoints",
+    "chain_front",
+    "checkpoints_reference",
+    "front_rows",
+    "overhead_percent",
+    "sweep_strategy",
+    "write_front_csv",
+    "write_front_json",
+]

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from remat.schedules import ChainProfile, InfeasibleBudgetError, RematError, Schedule, Stage, format_size
+from remat.solver.registry import solve  # remat plan solves by strategy name, through the public entry point
 
 SIZE_FIELDS = (
     "output_size",
@@ -318,8 +319,6 @@ def largest_fitting(
 
     Assumes fitting is monotone in x (memory grows with x; so does the least memory at a given
     overhead); the search ends on an x that fits and x + 1 that does not, both by the simulator."""
-    from remat.solver import solve
-
     if budget < 0:
         raise RematError(f"the activation budget is negative ({budget} bytes): the fixed bytes exceed the memory")
     best, reason = try_size(growth, lower, budget, max_overhead, strategy, solve)

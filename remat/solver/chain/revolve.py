@@ -11,7 +11,7 @@ needs, with ``r`` the smallest integer such that ``C(c + r, c) >= l``::
 
 forward steps (every stage is counted alike, whatever its time or size).
 
-In DESIGN.md's ops, a checkpoint is an ``a[i]`` item; advancing from a checkpoint ``a[s]`` by m
+In the ops of docs/model.md ("Chains"), a checkpoint is an ``a[i]`` item; advancing from a checkpoint ``a[s]`` by m
 steps is ``F_ck s, F_n s+1, ..., F_n s+m-1`` (keeps ``a[s]``, ends holding ``a[s+m]``, nothing in
 between); an adjoint step is ``F_all i, B i`` (``B i`` also releases the checkpoint ``a[i]``). So
 the schedule has exactly ``t(l, c)`` ``F_ck``/``F_n`` ops and ``l`` ``F_all`` ops. The schedule is
@@ -41,6 +41,7 @@ from math import comb
 from remat.schedules import ChainProfile, InfeasibleBudgetError, Op, RematError, Schedule
 from remat.schedules.fast_chain import chain_costs, profile_arrays
 from remat.schedules.simulator import simulate_chain
+from remat.solver.chain.revolve_kernel import revolve_codes
 from remat.solver.common import ProfileCache, Strategy, make_schedule, require_chain
 
 NAME = "revolve"
@@ -116,8 +117,6 @@ def _peaks(profile: ChainProfile, choices: tuple[int, ...]) -> list[int]:
     def compute():
         arrays = profile_arrays(profile)
         if arrays is not None and len(choices) > 1:  # compiled: every count's ops as arrays
-            from remat.solver.chain.revolve_kernel import revolve_codes
-
             costs = [chain_costs(*revolve_codes(profile.length, c), *arrays) for c in choices]
             if all(valid for valid, *_ in costs):
                 return [int(peak) for _, peak, *_ in costs]

@@ -2,7 +2,7 @@
 
 A segmentation of a chain of ``n`` stages is a list of segment starts ``0 = s_0 < s_1 < ... <
 s_{m-1} < n``; segment j holds stages ``s_j .. s_{j+1}-1`` (the last one ends at ``n-1``). The
-schedule, in DESIGN.md's ops, is what ``torch.utils.checkpoint`` does with such segments:
+schedule, in the ops of docs/model.md ("Chains"), is what ``torch.utils.checkpoint`` does with such segments:
 
 * forward, every segment but the last: ``F_ck s_j`` (keeps its input ``a[s_j]`` as the stored
   boundary) then ``F_n`` for the other stages (each drops its input, so only the segment's

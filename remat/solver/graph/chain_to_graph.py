@@ -1,7 +1,7 @@
 """A chain profile as its forward+backward graph (Checkmate's setting), so the graph strategies
 can solve chains and be compared with the chain DP.
 
-Mapping (chain of n stages; a_i, abar[i+1], g[i] as in DESIGN.md):
+Mapping (chain of n stages; a_i, abar[i+1], g[i] as in docs/model.md, "Chains"):
 
 ========================  =====================  =================  =====================================
 graph node                time_ms                size (bytes)       inputs

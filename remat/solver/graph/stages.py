@@ -11,11 +11,12 @@ Frees are implied (Checkmate's FREE): in stage t a held node i that is not kept 
 (``i not in S[t+1]``; nothing is kept after the last stage) is freed right after its last use in
 the stage (the last computed consumer, or its own computation if no consumer in the stage reads
 it); a node held at the start of the stage that nothing in the stage reads and that is not kept
-is freed at the end of the stage. :func:`plan_ops` turns a plan into DESIGN's compute/free ops
-with exactly these frees, and :func:`plan_memory` computes Checkmate's U[t, k] (bytes held right
-after computing k in stage t) the same way, so ``max (U[t, k] + overhead_k)`` equals the
-simulator's peak (a node's optional ``overhead`` is transient: live only while it is computed):
-the ILP's memory constraints are the simulator's, not an approximation of them.
+is freed at the end of the stage. :func:`plan_ops` turns a plan into the compute/free ops of
+docs/model.md ("Graphs") with exactly these frees, and :func:`plan_memory` computes Checkmate's
+U[t, k] (bytes held right after computing k in stage t) the same way, so
+``max (U[t, k] + overhead_k)`` equals the simulator's peak (a node's optional ``overhead`` is
+transient: live only while it is computed): the ILP's memory constraints are the simulator's,
+not an approximation of them.
 
 A node with ``recompute`` false (the output gradient of a real model's graph) is computed only
 in its own stage. The plans built here (:func:`plan_from_s`, :func:`plan_from_policy`) keep it,
@@ -92,7 +93,7 @@ def free_points(profile: GraphProfile, plan: StagePlan, t: int) -> tuple[dict[in
 
 
 def plan_ops(profile: GraphProfile, plan: StagePlan) -> list[Op]:
-    """DESIGN's compute/free op list of a plan (frees exactly where Checkmate's FREE puts them)."""
+    """The compute/free op list (docs/model.md, "Graphs") of a plan (frees exactly where Checkmate's FREE puts them)."""
     ops: list[Op] = []
     for t in range(profile.size):
         after, at_end = free_points(profile, plan, t)

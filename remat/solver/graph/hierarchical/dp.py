@@ -1,10 +1,10 @@
 """The chain DP over blocks with several options each, for ``hierarchical`` (bytes, ms).
 
-It is the rotor-style persistent DP of :mod:`remat.solver.chain.optimal_options` (same two ways
+It is the rotor-style persistent DP of :mod:`remat.solver.chain.dp.options` (same two ways
 to start a segment), but in the graph's terms, where a block's gradient ``G_i`` (``Γ_i`` bytes)
 is not the size of its input ``c_{i-1}`` (``A_i`` bytes): that chain model ties the two, so the
 recurrence is re-derived here with separate sizes and each op's excess taken as measured on the
-block (:mod:`remat.solver.graph.hierarchical_block`).
+block (:mod:`remat.solver.graph.hierarchical.block_options`).
 
 Notation: blocks ``0..n-1``; ``A_0 = 0`` (the model input is not a graph node), ``Γ_0 = Γ_n = 0``;
 ``f_s`` the block's forward ms; ``fn_s`` the non-recording forward's excess; option ``o`` of
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from remat.solver.graph.hierarchical_block import NO_PEAK, BlockModel
+from remat.solver.graph.hierarchical.block_options import NO_PEAK, BlockModel
 
 CHECK = 1 << 20  # decisions >= CHECK: checkpoint at j = decision - CHECK; else record option
 MAX_CELLS = 16_000_000  # segments x levels: 16 bytes each (cost and decision), ~256 MB at most

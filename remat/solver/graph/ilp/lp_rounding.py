@@ -1,7 +1,7 @@
 """``lp-rounding``: Checkmate's LP relaxation and two-phase rounding (Jain et al. 2020, section 5).
 
-Solve the LP relaxation of the MILP in :mod:`remat.solver.graph.checkmate_model` (OR-Tools, HiGHS's LP solver), round
-the fractional S (deterministically at a few thresholds, and randomly with S as probabilities,
+Solve the LP relaxation of the MILP in :mod:`remat.solver.graph.ilp.checkmate_model` (OR-Tools, HiGHS's LP
+solver), round the fractional S (deterministically at a few thresholds, and randomly with S as probabilities,
 seeded), then recompute the cheapest R for each rounded S (:func:`plan_from_s`: with S fixed,
 every computation it implies is forced). The cheapest rounded schedule within the budget wins.
 The LP value is a proven lower bound on the optimum (``extra["lower_bound_ms"]``, with ``gap``).
@@ -24,7 +24,8 @@ from remat.schedules.units import format_size
 from remat.solver.common import Strategy, make_schedule, require_graph
 from remat.solver.deadline import Deadline, TimeUp, as_deadline, check_time_limit
 from remat.solver.graph.baselines import store_all_plan
-from remat.solver.graph.checkmate_model import solve_relaxation
+from remat.solver.graph.ilp import infeasible
+from remat.solver.graph.ilp.checkmate_search import solve_relaxation
 from remat.solver.graph.stages import StagePlan, memory_lower_bound, plan_from_s, plan_ops, plan_peak
 
 NAME = "lp-rounding"
@@ -50,8 +51,6 @@ def solve(profile: GraphProfile, budget: int, time_limit: float = 60.0) -> Sched
         return _finish(profile, budget, base, total, {"lp_status": "not needed (store-all fits)"}, deadline)
     result = round_relaxation(profile, budget, deadline)
     if result.status == "infeasible":
-        from remat.solver.graph.ilp import infeasible
-
         raise infeasible(profile, budget, NAME, deadline, 1)
     if result.value is None:
         why = (

@@ -1,4 +1,4 @@
-"""The compiled fill of the multi-option chain DP (:mod:`remat.solver.chain.optimal_options` has the
+"""The compiled fill of the multi-option chain DP (:mod:`remat.solver.chain.dp.options` has the
 recurrence and its derivation). A dense table: every segment at every level, float64 values.
 
 Compiled on first use and cached on disk (:mod:`remat.schedules.jit`). Integers are int64

@@ -1,7 +1,7 @@
 """The exact least memory of any persistent schedule of a chain, in bytes, and one schedule that
-reaches it (for :mod:`remat.solver.chain.optimal`).
+reaches it (for :mod:`remat.solver.chain.dp.single`).
 
-The ``optimal`` table's lower bounds ``lo`` (:mod:`remat.solver.chain.optimal_table`) say, for every
+The ``optimal`` table's lower bounds ``lo`` (:mod:`remat.solver.chain.dp.table`) say, for every
 segment, the least free memory at which the segment can be run at all. Computed with a slot of
 one byte nothing is rounded, so ``lo[0, n]`` is exact: the recurrence takes, for each segment,
 the minimum over its two ways to start (record the first stage, or checkpoint some ``a[j]``) of
@@ -21,14 +21,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from remat.schedules import ChainProfile
-from remat.solver.chain.optimal_table import Sizes, chain_sizes
+from remat.solver.chain.dp.kernel import bounds
+from remat.solver.chain.dp.table import Sizes, chain_sizes
 
 _BIG_SLOTS = 1 << 62
 
 
 @dataclass(frozen=True)
 class MinimumMemory:
-    """The exact minimum of one chain, shaped like a table for :func:`remat.solver.chain.optimal.plan`.
+    """The exact minimum of one chain, shaped like a table for :func:`remat.solver.chain.dp.readback.plan`.
 
     Attributes:
         free: least free memory (bytes above the input a_0) of any persistent schedule.
@@ -53,8 +54,6 @@ class MinimumMemory:
 
 def exact_minimum(profile: ChainProfile) -> MinimumMemory:
     """The exact least free memory of a persistent schedule of ``profile`` (see the module doc)."""
-    from remat.solver.chain.optimal_kernel import bounds
-
     n = profile.length
     sizes = chain_sizes(profile, 1)
     act = np.array(sizes.act, dtype=np.int64)

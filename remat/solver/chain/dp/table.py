@@ -1,6 +1,7 @@
 """The table of the ``optimal`` chain strategy: the persistent-schedule dynamic program.
 
-Derivation (from DESIGN.md's op semantics; see :mod:`remat.solver.chain.optimal` for the user side).
+Derivation (from the op semantics of docs/model.md, "Chains"; see :mod:`remat.solver.chain.optimal`
+for the user side).
 
 Notation: ``a_i`` bytes of activation i (``a_0`` the input, ``a_n`` the output), ``sv_i`` the
 ``saved_size`` of stage i, ``fo_i``/``bo_i`` its transients (recording forward, backward),
@@ -49,7 +50,7 @@ bytes free". Every requirement (a sum of bytes) is rounded up, every subtraction
 memory is rounded up and the one addition (``g'_t``) rounded down, so every schedule the table
 describes fits in the real budget; with sizes that are multiples of ``S`` the table is exact.
 
-Layout and speed: the table is filled by a numba kernel (:mod:`remat.solver.chain.optimal_kernel`,
+Layout and speed: the table is filled by a numba kernel (:mod:`remat.solver.chain.dp.kernel`,
 compiled on first use and cached on disk), in two passes. Pass 1 computes, for every segment, the
 integer bounds ``lo <= hi``: below ``lo`` the segment is infeasible, from ``hi = ceil(X(s, t) /
 S)`` on it is store-all -- both follow from the recurrence in O(L) per segment. Pass 2 computes
@@ -87,6 +88,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from remat.schedules import ChainProfile, RematError
+from remat.solver.chain.dp.kernel import bounds, fill
 
 INF = np.float32(np.inf)
 INFEASIBLE = -1  # decision: no schedule for this segment at this level
@@ -248,9 +250,6 @@ def build_table(profile: ChainProfile, slot: int, slots: int) -> Table:
     fwd_first = np.ascontiguousarray(sizes.forward_slots[:, 0])
     fwd_next = np.ascontiguousarray(sizes.forward_slots[:, 1])
     A, G, SV = sizes.act_slots, sizes.g_slots, sizes.saved_slots
-    # imported here: numba (and compiling or loading the kernel) is paid only when a table is built
-    from remat.solver.chain.optimal_kernel import bounds, fill
-
     lo, hi, req1, _ = bounds(n, K, int(slot), A, G, SV, fwd_first, fwd_next, act, rec_fwd, rec_bwd, saved)
     kind = np.zeros(1, dtype=decision_dtype(n))
     offsets, flat, top = fill(n, K, A, G, SV, fwd_first, fwd_next, fcum, fb_cum, fb32, lo, hi, req1, kind)

@@ -1,8 +1,8 @@
-"""The compiled kernel that fills the ``optimal`` DP table (see :mod:`remat.solver.chain.optimal_table`
+"""The compiled kernel that fills the ``optimal`` DP table (see :mod:`remat.solver.chain.dp.table`
 for the recurrence, the rounding rules, the bounds ``lo``/``hi`` and the pruning of split points).
 
 Compiled on the first call on a machine (a few seconds) and loaded from numba's on-disk cache
-afterwards (:mod:`remat.solver.jit` falls back to an uncached compile where no cache can be
+afterwards (:mod:`remat.schedules.jit` falls back to an uncached compile where no cache can be
 written). Integers are int64; times float64, except the table values, which are float32 formed
 exactly as the numpy implementation this replaced formed them (benchmarks/optimal_numpy.py;
 tests/test_optimal_kernel.py checks that both fill identical tables). The caller scales every
@@ -34,7 +34,7 @@ def bounds(n, K, slot, A, G, SV, fwd_first, fwd_next, act, rec_fwd, rec_bwd, sav
 
     With ``slot = 1`` every quantity is in bytes and nothing is rounded: ``lo[0, n]`` is then the
     exact least free memory of any persistent schedule, and ``arg`` describes one that needs it.
-    The callers keep every byte total below 2**60 (:func:`remat.solver.chain.optimal_table.chain_sizes`),
+    The callers keep every byte total below 2**60 (:func:`remat.solver.chain.dp.table.chain_sizes`),
     so sums of a few of them never overflow int64."""
     big = np.int64(1) << 62  # "never": only on the diagonal's other side, never added to
     lo = np.full((n + 1, n + 1), big, dtype=np.int64)
@@ -170,6 +170,12 @@ def fill(n, K, A, G, SV, fwd_first, fwd_next, fcum, fb_cum, fb32, lo, hi, req1, 
     dec = np.empty(W + _CHUNK, dtype=kind.dtype)
     box = np.empty(1, dtype=kind.dtype)  # j converted to the decisions' type
     fwd_req = np.zeros((_ROWS, n + 1), dtype=np.int64)
+    # the arrays every segment reads or writes, grouped (tuples cost nothing in compiled code)
+    chain = (A, G, SV, fcum, fb_cum, fb32)
+    band = (lo, hi, req1)
+    layout = (offsets, row_offsets, col)
+    store = (values, rows, decisions)
+    scratch = (work, dec, box)
     for s_hi in range(n - 1, -1, -_ROWS):
         s_lo = max(0, s_hi - _ROWS + 1)
         for s in range(s_lo, s_hi + 1):
@@ -181,171 +187,159 @@ def fill(n, K, A, G, SV, fwd_first, fwd_next, fcum, fb_cum, fb32, lo, hi, req1, 
                     running = max(running, fwd_next[j])
         for t in range(s_lo + 1, n + 1):
             for s in range(min(s_hi, t - 1), s_lo - 1, -1):
-                _segment(
-                    s,
-                    t,
-                    n,
-                    K,
-                    A,
-                    G,
-                    SV,
-                    fwd_req[s - s_lo],
-                    fcum,
-                    fb_cum,
-                    fb32,
-                    lo,
-                    hi,
-                    req1,
-                    offsets,
-                    row_offsets,
-                    col,
-                    values,
-                    rows,
-                    decisions,
-                    work,
-                    dec,
-                    box,
-                    top,
-                )
+                _segment(s, t, n, K, fwd_req[s - s_lo], chain, band, layout, store, scratch, top)
     return offsets, decisions, top
 
 
 @njit_cached
-def _segment(
-    s,
-    t,
-    n,
-    K,
-    A,
-    G,
-    SV,
-    fwd_req,
-    fcum,
-    fb_cum,
-    fb32,
-    lo,
-    hi,
-    req1,
-    offsets,
-    row_offsets,
-    col,
-    values,
-    rows,
-    decisions,
-    chosen,
-    dec,
-    box,
-    top,
-):
+def _segment(s, t, n, K, fwd_req, chain, band, layout, store, scratch, top):
     """Fill the run of segment (s, t) (and ``top`` when it is the whole chain).
 
-    The float32 sums are formed exactly as the numpy baseline forms them,
+    ``chain`` = (A, G, SV, fcum, fb_cum, fb32), ``band`` = (lo, hi, req1), ``layout`` = (offsets,
+    row_offsets, col), ``store`` = (values, rows, decisions), ``scratch`` = (chosen, dec, box), as
+    in :func:`fill`. The float32 sums are formed exactly as the numpy baseline forms them,
     ``C(j, t, .) + (C(s, j, .) + float32(F(s, j)))`` and ``C(s+1, t, .) + float32(f_s + b_s)``,
     and ties go to option 1, then to the smallest j, so the tables are identical."""
+    lo, hi = band[0], band[1]
     W = K + 1
-    inf = np.float32(np.inf)
-    pad = values.size - W - 1 - _CHUNK  # values[pad:] is padding, W + 1 + _CHUNK cells or more
     start = min(lo[s, t], W)
     stop = min(hi[s, t], W)
-    seg_all = fb_cum[t] - fb_cum[s]
     if start < stop:  # never for a single stage: there lo = hi = req1
-        g_t = G[t]
-        fb_s = fb32[s]
-        sv_s = SV[s]
-        # option 1: F_all s, C(s+1, t, k - SV_s), B s
-        first = max(start, req1[s, t])
-        lo_r = lo[s + 1, t]
-        hi_r = hi[s + 1, t]
-        off_r = offsets[s + 1, t]
-        sa_r = np.float32(fb_cum[t] - fb_cum[s + 1])
-        for k in range(start, stop):
-            dec[k] = 0
-            c = inf
-            if k >= first:
-                x = k - sv_s
-                if x >= hi_r:
-                    c = sa_r + fb_s
-                elif x >= lo_r:
-                    c = values[off_r + x - lo_r] + fb_s
-            chosen[k] = c
-        # option 2: checkpoint a[j]. Any split at j costs at least SA(s, t) + F(s, j) (both
-        # subsegments at store-all speed), a bound growing with j: a level whose best is
-        # already at or below it cannot improve at this j or any later one. The bound is
-        # lowered by 1e-3 of itself, far more than the float32 rounding of a sum of up to
-        # 2n terms, so that no candidate the plain recurrence would take is skipped. The
-        # band [kb, ke) of levels that can still improve only shrinks.
-        kb = start
-        ke = stop
-        # Every value is a float32 sum of at most 2n + 3 non-negative terms, within (2n + 3) * 2**-24
-        # of its exact value (relative); the split-skip below compares two such values after
-        # two uses of monotonicity, so 4 * (2n + 3) * 2**-24 would do: this is about 4 times that.
-        margin = max(1e-3, 32.0 * (n + 2) * 2.0**-24)
-        for j in range(s + 1, t):
-            f_sj = fcum[j] - fcum[s]
-            if j > s + 1:
-                bound = seg_all + f_sj
-                thr = bound - 1e-3 * bound
-                while ke > kb and chosen[ke - 1] <= thr:
-                    ke -= 1
-                while kb < ke and chosen[kb] <= thr:
-                    kb += 1
-                if kb >= ke:
-                    break
-            if fwd_req[j] >= ke:
-                break  # the forwards up to j (and any later j) need more than any level left
-            a_j = A[j]
-            lo_r = col[t, j, 0]
-            lo_l = lo[s, j]
-            if lo_r > K or lo_l > K:
-                continue
-            k0 = max(max(kb, fwd_req[j]), max(lo_r + a_j, lo_l + a_j - g_t))
-            if k0 >= ke:
-                continue
-            hi_r = col[t, j, 1]
-            hi_l = hi[s, j]
-            off_l = row_offsets[s, j]
-            # C(j, t, k - A_j) is read from the stored run below k_r and is SA(j, t) from k_r on;
-            # C(s, j, min(k + G_t - A_j, K)) likewise below k_l and constant (SA, or its value
-            # at K when the clamp comes first) from k_l on.
-            r_base = col[t, j, 2] - lo_r - a_j  # values[r_base + k] = C(j, t, k - A_j) below k_r
-            l_base = off_l - lo_l + g_t - a_j  # values[l_base + k] = C(s, j, k + G_t - A_j) below k_l
-            if hi_l <= K:
-                k_l = hi_l + a_j - g_t
-                l_const = np.float32(fb_cum[j] - fb_cum[s])
-            else:
-                k_l = K + 1 + a_j - g_t
-                l_const = rows[off_l + K - lo_l]
-            box[0] = j
-            sa_r = np.float32(fb_cum[t] - fb_cum[j])
-            f32 = np.float32(f_sj)
-            k_r = hi_r + a_j
-            # Both parts only get cheaper with more memory, so the candidate at the band's top
-            # level bounds it at every lower level, and the best found so far is largest at the
-            # band's first level: when that is already below the bound, no level improves at j.
-            # The margin covers float32 rounding (see `margin`), so the skip is exact.
-            top_k = ke - 1
-            right_top = sa_r if top_k >= k_r else values[r_base + top_k]
-            left_top = l_const if top_k >= k_l else rows[l_base + top_k]
-            c_top = right_top + (left_top + f32)
-            if chosen[k0] <= c_top - margin * c_top:
-                continue
-            k1 = ke
-            if l_base + ke > pad:  # a large a_t: reads past the left run would leave the padding
-                k1 = min(max(k0, k_l), ke)
-                # from k1 on the left is constant: read (and discard) padding cells instead
-                _relax(chosen, dec, k1, ke, values, r_base, k_r, sa_r, rows, pad - k1, k1, l_const, f32, box[0])
-            _relax(chosen, dec, k0, k1, values, r_base, k_r, sa_r, rows, l_base, k_l, l_const, f32, box[0])
-        off = offsets[s, t]
-        row_off = row_offsets[s, t]
-        for k in range(start, stop):
-            values[off + k - start] = chosen[k]
-            rows[row_off + k - start] = chosen[k]
-            decisions[off + k - start] = dec[k] if chosen[k] < inf else -1
+        _record_first(s, t, start, stop, chain, band, layout, store, scratch)
+        _checkpoint_first(s, t, n, K, start, stop, fwd_req, chain, band, layout, store, scratch)
+        _keep_run(s, t, start, stop, layout, store, scratch)
     if s == 0 and t == n:
+        chosen = scratch[0]
         for k in range(start):
             top[k] = np.inf
         for k in range(start, stop):
             top[k] = chosen[k]
-        sa = np.float32(seg_all)
+        sa = np.float32(chain[4][t] - chain[4][s])
         for k in range(stop, W):
             top[k] = sa
+
+
+@njit_cached
+def _record_first(s, t, start, stop, chain, band, layout, store, scratch):
+    """Option 1 at levels [start, stop): F_all s, C(s+1, t, k - SV_s), B s (into ``chosen``, ``dec``)."""
+    SV, fb_cum, fb32 = chain[2], chain[4], chain[5]
+    lo, hi, req1 = band
+    offsets = layout[0]
+    values = store[0]
+    chosen, dec = scratch[0], scratch[1]
+    inf = np.float32(np.inf)
+    fb_s = fb32[s]
+    sv_s = SV[s]
+    first = max(start, req1[s, t])
+    lo_r = lo[s + 1, t]
+    hi_r = hi[s + 1, t]
+    off_r = offsets[s + 1, t]
+    sa_r = np.float32(fb_cum[t] - fb_cum[s + 1])
+    for k in range(start, stop):
+        dec[k] = 0
+        c = inf
+        if k >= first:
+            x = k - sv_s
+            if x >= hi_r:
+                c = sa_r + fb_s
+            elif x >= lo_r:
+                c = values[off_r + x - lo_r] + fb_s
+        chosen[k] = c
+
+
+# One flat loop over the split points j, deliberately: the band [kb, ke) of levels that can still
+# improve, narrowed at each j, is what the next j starts from, and the skips decide per j.
+@njit_cached
+def _checkpoint_first(s, t, n, K, start, stop, fwd_req, chain, band, layout, store, scratch):
+    """Option 2 at levels [start, stop): checkpoint a[j], for every split point j worth trying.
+
+    Any split at j costs at least SA(s, t) + F(s, j) (both subsegments at store-all speed), a
+    bound growing with j: a level whose best is already at or below it cannot improve at this j
+    or any later one. The bound is lowered by 1e-3 of itself, far more than the float32 rounding
+    of a sum of up to 2n terms, so that no candidate the plain recurrence would take is skipped.
+    The band [kb, ke) of levels that can still improve only shrinks."""
+    A, G, fcum, fb_cum = chain[0], chain[1], chain[3], chain[4]
+    lo, hi = band[0], band[1]
+    row_offsets, col = layout[1], layout[2]
+    values, rows = store[0], store[1]
+    chosen, dec, box = scratch
+    W = K + 1
+    pad = values.size - W - 1 - _CHUNK  # values[pad:] is padding, W + 1 + _CHUNK cells or more
+    seg_all = fb_cum[t] - fb_cum[s]
+    g_t = G[t]
+    kb = start
+    ke = stop
+    # Every value is a float32 sum of at most 2n + 3 non-negative terms, within (2n + 3) * 2**-24
+    # of its exact value (relative); the split-skip below compares two such values after
+    # two uses of monotonicity, so 4 * (2n + 3) * 2**-24 would do: this is about 4 times that.
+    margin = max(1e-3, 32.0 * (n + 2) * 2.0**-24)
+    for j in range(s + 1, t):
+        f_sj = fcum[j] - fcum[s]
+        if j > s + 1:
+            bound = seg_all + f_sj
+            thr = bound - 1e-3 * bound
+            while ke > kb and chosen[ke - 1] <= thr:
+                ke -= 1
+            while kb < ke and chosen[kb] <= thr:
+                kb += 1
+            if kb >= ke:
+                break
+        if fwd_req[j] >= ke:
+            break  # the forwards up to j (and any later j) need more than any level left
+        a_j = A[j]
+        lo_r = col[t, j, 0]
+        lo_l = lo[s, j]
+        if lo_r > K or lo_l > K:
+            continue
+        k0 = max(max(kb, fwd_req[j]), max(lo_r + a_j, lo_l + a_j - g_t))
+        if k0 >= ke:
+            continue
+        hi_r = col[t, j, 1]
+        hi_l = hi[s, j]
+        off_l = row_offsets[s, j]
+        # C(j, t, k - A_j) is read from the stored run below k_r and is SA(j, t) from k_r on;
+        # C(s, j, min(k + G_t - A_j, K)) likewise below k_l and constant (SA, or its value
+        # at K when the clamp comes first) from k_l on.
+        r_base = col[t, j, 2] - lo_r - a_j  # values[r_base + k] = C(j, t, k - A_j) below k_r
+        l_base = off_l - lo_l + g_t - a_j  # values[l_base + k] = C(s, j, k + G_t - A_j) below k_l
+        if hi_l <= K:
+            k_l = hi_l + a_j - g_t
+            l_const = np.float32(fb_cum[j] - fb_cum[s])
+        else:
+            k_l = K + 1 + a_j - g_t
+            l_const = rows[off_l + K - lo_l]
+        box[0] = j
+        sa_r = np.float32(fb_cum[t] - fb_cum[j])
+        f32 = np.float32(f_sj)
+        k_r = hi_r + a_j
+        # Both parts only get cheaper with more memory, so the candidate at the band's top
+        # level bounds it at every lower level, and the best found so far is largest at the
+        # band's first level: when that is already below the bound, no level improves at j.
+        # The margin covers float32 rounding (see `margin`), so the skip is exact.
+        top_k = ke - 1
+        right_top = sa_r if top_k >= k_r else values[r_base + top_k]
+        left_top = l_const if top_k >= k_l else rows[l_base + top_k]
+        c_top = right_top + (left_top + f32)
+        if chosen[k0] <= c_top - margin * c_top:
+            continue
+        k1 = ke
+        if l_base + ke > pad:  # a large a_t: reads past the left run would leave the padding
+            k1 = min(max(k0, k_l), ke)
+            # from k1 on the left is constant: read (and discard) padding cells instead
+            _relax(chosen, dec, k1, ke, values, r_base, k_r, sa_r, rows, pad - k1, k1, l_const, f32, box[0])
+        _relax(chosen, dec, k0, k1, values, r_base, k_r, sa_r, rows, l_base, k_l, l_const, f32, box[0])
+
+
+@njit_cached
+def _keep_run(s, t, start, stop, layout, store, scratch):
+    """Store the segment's values (both copies) and decisions for levels [start, stop)."""
+    offsets, row_offsets = layout[0], layout[1]
+    values, rows, decisions = store
+    chosen, dec = scratch[0], scratch[1]
+    inf = np.float32(np.inf)
+    off = offsets[s, t]
+    row_off = row_offsets[s, t]
+    for k in range(start, stop):
+        values[off + k - start] = chosen[k]
+        rows[row_off + k - start] = chosen[k]
+        decisions[off + k - start] = dec[k] if chosen[k] < inf else -1

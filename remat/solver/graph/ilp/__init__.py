@@ -1,7 +1,7 @@
 """``ilp``: Checkmate's MILP (Jain et al. 2020) solved with OR-Tools CP-SAT, warm-started.
 
 Optimal among frontier-advancing schedules (stage t computes node t last, recomputations
-before it in index order; see :mod:`remat.solver.graph.checkmate_model`), which is Checkmate's claim
+before it in index order; see :mod:`remat.solver.graph.ilp.checkmate_model`), which is Checkmate's claim
 too: with the profile's fixed topological order, not over every possible op order.
 
 Phases, all on one deadline (:mod:`remat.solver.deadline`):
@@ -10,11 +10,11 @@ Phases, all on one deadline (:mod:`remat.solver.deadline`):
    variants, up to a quarter of the time), then each provider of :data:`WARM_STARTS` (or the
    ``warm_starts`` argument), ``(profile, budget, deadline) -> StagePlan | None``, each given
    :data:`PROVIDER_SHARE` of the time left; plans are checked, over-budget ones ignored;
-2. while Moccasin's much smaller model (:mod:`remat.solver.graph.moccasin`) searches from the
+2. while Moccasin's much smaller model (:mod:`remat.solver.graph.ilp.moccasin`) searches from the
    best warm start on the cores left free, the CP-SAT model of Checkmate's MILP is built (once),
    CP-SAT searches it briefly (:data:`QUICK_SECONDS`; small models end here, proven optimal), and
    HiGHS's branch and cut runs on that very model, from the best plan so far, in a child
-   process on one core (:mod:`remat.solver.graph.highs_search`), for :data:`HIGHS_SHARE` of the
+   process on one core (:mod:`remat.solver.graph.ilp.highs_search`), for :data:`HIGHS_SHARE` of the
    time left or until it proves the optimum (stopped at :data:`HIGHS_GIVE_UP` of that if it has
    no bound yet);
 3. then that search is stopped and CP-SAT searches Checkmate's model, with every worker and the
@@ -27,7 +27,7 @@ The schedule's ``extra`` reports ``status`` (optimal / feasible), ``lower_bound_
 of CP-SAT's and HiGHS's bounds, both proven; HiGHS's, once its root LP is solved, is at least the
 LP relaxation's value), ``gap`` = (compute_ms - lower_bound_ms) / compute_ms, ``phases_seconds``,
 the warm start and ``highs`` when HiGHS gave no answer (why). ``formulation="moccasin"`` replaces phases 2-3
-by Moccasin's retention-interval model (:mod:`remat.solver.graph.moccasin`: any op order, each
+by Moccasin's retention-interval model (:mod:`remat.solver.graph.ilp.moccasin`: any op order, each
 node computed at most twice; its bound holds for that space).
 Units: bytes, milliseconds, seconds for the time limit.
 """
@@ -44,10 +44,10 @@ from remat.schedules.units import format_size
 from remat.solver.common import SolverBug, Strategy, make_schedule, require_graph
 from remat.solver.deadline import Deadline, TimeUp, check_time_limit
 from remat.solver.graph.baselines import best_baseline_plan, store_all_plan
-from remat.solver.graph.checkmate_model import BACKEND_CHOICE, DEFAULT_WORKERS, build_model, minimum_peak, search
 from remat.solver.graph.hierarchical import hierarchical_fine_plan, hierarchical_plan
-from remat.solver.graph.highs_search import branch_and_cut
-from remat.solver.graph.moccasin import DEFAULT_COPIES, build_intervals, solve_intervals
+from remat.solver.graph.ilp.checkmate_search import BACKEND_CHOICE, DEFAULT_WORKERS, build_model, minimum_peak, search
+from remat.solver.graph.ilp.highs_search import branch_and_cut
+from remat.solver.graph.ilp.moccasin import DEFAULT_COPIES, build_intervals, solve_intervals
 from remat.solver.graph.stages import StagePlan, memory_lower_bound, plan_memory, plan_ops, plan_peak
 
 NAME = "ilp"
@@ -84,7 +84,7 @@ def background_workers(workers: int) -> int:
 
 def default_workers() -> int:
     """CP-SAT search workers: 8 or the core count if larger (more workers than cores still helped:
-    see the measurement in :mod:`remat.solver.graph.checkmate_model`)."""
+    see the measurement in :mod:`remat.solver.graph.ilp.checkmate_search`)."""
     return max(DEFAULT_WORKERS, os.cpu_count() or 1)
 
 
@@ -134,7 +134,7 @@ def solve(
     ``time_limit`` seconds for the whole solve (warm starts, model building, Moccasin beside HiGHS,
     CP-SAT; within the margin of :mod:`remat.solver.deadline`), with its proven lower bound
     and gap. ``warm_starts`` replaces :data:`WARM_STARTS` (the baselines always run);
-    ``formulation`` is one of :data:`FORMULATIONS` (``moccasin``: :mod:`remat.solver.graph.moccasin`,
+    ``formulation`` is one of :data:`FORMULATIONS` (``moccasin``: :mod:`remat.solver.graph.ilp.moccasin`,
     CP-SAT alone from the best warm start, no LP)."""
     profile = require_graph(profile, NAME)
     if formulation not in FORMULATIONS:

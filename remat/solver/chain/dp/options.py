@@ -1,11 +1,13 @@
-"""The ``optimal`` chain DP when stages have several recording options (docs/model.md).
+"""The ``optimal`` chain DP's table when stages have several recording options (docs/model.md,
+"Several recording options per stage"): the recurrence, the table and reading a schedule back.
 
-:mod:`remat.solver.chain.optimal` dispatches here for a profile with :attr:`Stage.options`; a profile
+:mod:`remat.solver.chain.optimal` dispatches to :mod:`remat.solver.chain.dp.options_front` (this
+table's front and its answer at a budget) for a profile with :attr:`Stage.options`; a profile
 without them never reaches this module. The claim is the same as the single-option DP's:
 **optimal among persistent schedules, up to the memory discretization**, now over every choice of
 option for every recording forward.
 
-Derivation. The single-option recurrence (:mod:`remat.solver.chain.optimal_table`, same notation:
+Derivation. The single-option recurrence (:mod:`remat.solver.chain.dp.table`, same notation:
 ``C(s, t, m)`` the least time of segment ``[s, t)`` with ``m`` bytes free, ``g'_t = a_t`` for
 ``t < n`` and 0 for ``t = n``) starts a segment in one of two ways. Options change only the
 first: the op that records stage s may be any ``F_all s o``, and the ``B s`` that consumes
@@ -34,7 +36,7 @@ With one option per stage the recurrence *is* the single-option one (the tests c
 tables); the rounding to slots is the same (requirements rounded up once per op, subtractions up,
 the one addition down), so every schedule fits its real budget.
 
-The table is dense (every segment at every level, float64, :mod:`remat.solver.chain.optimal_options_kernel`):
+The table is dense (every segment at every level, float64, :mod:`remat.solver.chain.dp.options_kernel`):
 fine for the block-level chains options are for (tens of stages); the slots are lowered so that
 it stays within :data:`MAX_CELLS` cells. The front merges tables at several memory scales (as the
 single-option DP does) with the single-option DP's own front (every single-option schedule is a
@@ -46,23 +48,16 @@ Units: bytes and milliseconds.
 
 from __future__ import annotations
 
-import bisect
 import math
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
-from remat.schedules import ChainProfile, InfeasibleBudgetError, Op, Schedule
-from remat.solver.chain.optimal_options_kernel import INFEASIBLE, RECORD, STORE_ALL, fill_options
-from remat.solver.chain.optimal_table import chain_sizes, check_limits, slot_size
-from remat.solver.chain.store_all import store_all_peak
-from remat.solver.common import make_schedule
-from remat.solver.front import FrontPoint
+from remat.schedules import ChainProfile, Op, RematError
+from remat.solver.chain.dp.options_kernel import INFEASIBLE, RECORD, STORE_ALL, fill_options
+from remat.solver.chain.dp.table import chain_sizes, check_limits, slot_size
 
-NAME = "optimal"
 MAX_CELLS = 12_000_000  # (n+1)**2 * (levels+1) cells of 12 bytes while filling: ~150 MB at most
-SCALE_RATIO = 8
 
 
 @dataclass(frozen=True)
@@ -74,7 +69,7 @@ class OptionsTable:
         top: C(0, n, k) for k = 0..K, milliseconds (inf where infeasible).
         decisions: (n+1, n+1, K+1) int32: j > s checkpoint a[j]; ``RECORD - o`` record stage s
             with option o; ``STORE_ALL``; ``INFEASIBLE``.
-        act_slots, g_slots: ceil(a_i / S) and floor(g'_t / S), as in :class:`optimal_table.Sizes`.
+        act_slots, g_slots: ceil(a_i / S) and floor(g'_t / S), as in :class:`remat.solver.chain.dp.table.Sizes`.
     """
 
     slot: int
@@ -106,8 +101,6 @@ def _option_arrays(profile: ChainProfile) -> tuple[np.ndarray, ...]:
 
 
 def _check_option_limits(profile: ChainProfile) -> None:
-    from remat.schedules import RematError
-
     check_limits(profile)
     extra = sum(o.saved_size + o.forward_overhead + o.backward_overhead for s in profile.stages for o in s.options)
     if extra >= 1 << 60:
@@ -117,8 +110,6 @@ def _check_option_limits(profile: ChainProfile) -> None:
 def levels_for(n: int, slots: int) -> int:
     """The levels a dense table of ``n`` stages gets: ``slots``, fewer where it would pass MAX_CELLS."""
     if 2 * (n + 1) ** 2 > MAX_CELLS:
-        from remat.schedules import RematError
-
         raise RematError(
             f"optimal: {n} stages with recording options exceed the dense multi-option table "
             f"(at most {math.isqrt(MAX_CELLS // 2) - 1} stages); cut the model into fewer stages"
@@ -237,153 +228,3 @@ def _walk(profile: ChainProfile, ops: list[Op]) -> tuple[float, int]:
             kept.discard(i)
         compute += stage.forward_ms
     return compute, peak
-
-
-# -- the front and solve ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Source:
-    """Where a front point comes from: an options table (free bytes, levels, level) or the
-    single-option DP (``single`` true; then the point's budget is solved there)."""
-
-    free: int
-    levels: int
-    level: int
-    single: bool = False
-
-
-@dataclass(frozen=True)
-class _Front:
-    points: tuple[FrontPoint, ...]
-    sources: tuple[_Source, ...]
-
-
-_FRONTS: OrderedDict[tuple[str, int], _Front] = OrderedDict()
-_TABLES: OrderedDict[tuple[str, int, int], OptionsTable] = OrderedDict()
-
-
-def _remember(cache: OrderedDict, key: object, value: object, size: int = 4) -> None:
-    cache[key] = value
-    while len(cache) > size:
-        cache.popitem(last=False)
-
-
-def _table(profile: ChainProfile, free: int, slots: int) -> OptionsTable:
-    key = (profile.sha256, free, slots)
-    if key not in _TABLES:
-        _remember(_TABLES, key, build_options_table(profile, free, slots))
-    return _TABLES[key]
-
-
-def _scales(profile: ChainProfile, minimum_free: int) -> list[int]:
-    """Free memory (bytes) of each table: the store-all budget's, then an eighth of it, ...
-    while that is above a quarter of the single-option minimum (options can go lower)."""
-    free = max(1, store_all_peak(profile) - profile.input_size)
-    scales = [free]
-    while free // SCALE_RATIO > minimum_free // 4 and free // SCALE_RATIO > 0:
-        free //= SCALE_RATIO
-        scales.append(free)
-    return scales
-
-
-def _build_front(profile: ChainProfile, slots: int) -> _Front:
-    from remat.solver.chain import optimal
-
-    plain = profile.without_options()
-    base = profile.store_all_compute_ms
-    points = [
-        FrontPoint(NAME, p.budget, p.peak_memory, p.compute_ms, p.recompute_ms, p.checkpoints)
-        for p in optimal.optimal_front(plain, slots=slots)
-    ]
-    sources = [_Source(0, 0, 0, single=True) for _ in points]
-    minimum_free = optimal.minimum_budget(plain) - profile.input_size
-    for free in _scales(profile, minimum_free):
-        table = _table(profile, free, slots)
-        previous = math.inf
-        for k in range(table.levels + 1):
-            value = float(table.top[k])
-            if math.isfinite(value) and value < previous - 1e-9 * max(1.0, value):
-                previous = value
-                found = read_plan(profile, table, k)
-                budget = profile.input_size + k * table.slot
-                points.append(
-                    FrontPoint(
-                        NAME,
-                        budget,
-                        found.peak_memory,
-                        found.compute_ms,
-                        max(0.0, found.compute_ms - base),
-                        _checkpoints(found.ops),
-                    )
-                )
-                sources.append(_Source(free, slots, k))
-    order = optimal.pareto_order(points)
-    return _Front(tuple(points[i] for i in order), tuple(sources[i] for i in order))
-
-
-def _checkpoints(ops: tuple[Op, ...]) -> int:
-    from remat.solver.chain.pareto import chain_checkpoints
-
-    return chain_checkpoints(ops)
-
-
-def _front(profile: ChainProfile, slots: int) -> _Front:
-    key = (profile.sha256, slots)
-    if key not in _FRONTS:
-        _remember(_FRONTS, key, _build_front(profile, slots))
-    return _FRONTS[key]
-
-
-def options_front(profile: ChainProfile, slots: int) -> list[FrontPoint]:
-    """The front over every option (sorted by peak, dominated points dropped); it contains or
-    dominates every point of the single-option DP's front."""
-    return list(_front(profile, slots).points)
-
-
-def least_budget(profile: ChainProfile, slots: int) -> int:
-    """The least peak (bytes) on the multi-option front: the least the DP found (options may allow
-    less than the single-option exact minimum; this one is not proven minimal)."""
-    return _front(profile, slots).points[0].peak_memory
-
-
-def solve_options(profile: ChainProfile, budget: int, slots: int) -> Schedule:
-    """The fastest front schedule within ``budget`` bytes (monotone in the budget)."""
-    from remat.solver.chain import optimal
-
-    if budget >= store_all_peak(profile):
-        return optimal._store_all_schedule(profile, budget)
-    front = _front(profile, slots)
-    index = bisect.bisect_right([p.peak_memory for p in front.points], budget) - 1
-    if index < 0:
-        least = least_budget(profile, slots)
-        raise InfeasibleBudgetError(NAME, budget, least, "the least memory the multi-option DP found", bound="found")
-    source = front.sources[index]
-    table = None if source.single else _table(profile, source.free, source.levels)
-    found = None if table is None else read_plan(profile, table, source.level)
-    single = _single_option_solve(profile, budget, slots)
-    if single is not None and (found is None or single.predicted.compute_ms <= found.compute_ms):
-        # the single-option DP's best at the user's budget (its own table included) can beat the
-        # options front's point there: options only add choices, so take whichever is faster
-        ops, compute, peak = single.ops, single.predicted.compute_ms, single.predicted.peak_memory
-        extra = dict(single.extra)
-    else:
-        ops, compute, peak = found.ops, found.compute_ms, found.peak_memory
-        extra = {
-            "claim": "optimal among persistent schedules over every stage option (up to discretization)",
-            "slots": table.levels,
-            "slot_bytes": table.slot,
-            "table_free_bytes": source.free,
-        }
-    extra["options_used"] = sum(1 for op in ops if len(op) == 3)
-    return make_schedule(profile, budget, NAME, ops, claimed_compute_ms=compute, claimed_peak_memory=peak, extra=extra)
-
-
-def _single_option_solve(profile: ChainProfile, budget: int, slots: int) -> Schedule | None:
-    """The single-option DP's schedule at ``budget`` (options dropped), or None when it has none."""
-    from remat.solver.chain import optimal
-
-    try:
-        return optimal.solve(profile.without_options(), budget, slots=slots)
-    except InfeasibleBudgetError:
-        return None

@@ -1,6 +1,6 @@
 """One block's schedules for ``hierarchical``: its forwards and a Pareto set of recording options.
 
-A block (:mod:`remat.solver.graph.blocks`) is solved on its own, with everything else of the
+A block (:mod:`remat.solver.graph.hierarchical.blocks`) is solved on its own, with everything else of the
 graph as a constant that its ops never touch. Its input ``c_{i-1}`` is held throughout and never
 freed here; its incoming gradient ``G_{i+1}`` is held when its backward starts. Every quantity is
 an *excess*: bytes above the memory held just before the op, measured as the simulator does
@@ -19,7 +19,7 @@ in a schedule the op runs.
   still reads it) and *lean* (held only while the current or the next backward node reads it,
   recomputed again otherwise: slower, less memory), and a per-node mix of the two (the lean rule
   for a given set of nodes, the keep rule for the others: what the local search of
-  :mod:`remat.solver.graph.hierarchical_refine` tries). The backward's time includes its
+  :mod:`remat.solver.graph.hierarchical.refine_blocks` tries). The backward's time includes its
   recomputations.
 
 Which K: every subset of the block's forward nodes besides ``c_i`` when there are at most
@@ -41,7 +41,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from remat.schedules import GraphProfile, Op
-from remat.solver.graph.blocks import Block, Blocks
+from remat.solver.graph.hierarchical.blocks import Block, Blocks
 
 EXHAUSTIVE_NODES = 9  # 2**9 kept sets x 2 policies per block at most
 MAX_MERGED_SETS = 128  # kept sets tried for a run of merged blocks
@@ -238,7 +238,7 @@ def _pareto(options: list[BlockOption]) -> tuple[BlockOption, ...]:
 
 
 def merged(blocks: Blocks, s: int, u: int) -> tuple[Block, int | None, tuple[int, ...]]:
-    """Blocks ``s..u-1`` as one block (it satisfies the rules of :mod:`~remat.solver.graph.blocks`
+    """Blocks ``s..u-1`` as one block (it satisfies the rules of :mod:`~remat.solver.graph.hierarchical.blocks`
     when each of them does), with its input node and the gradient it hands down."""
     parts = blocks.blocks[s:u]
     block = Block(

@@ -20,7 +20,7 @@ copy whose interval ends there. Variables and constraints (sizes in units of the
   node's transient overhead): the frees of a step happen after its compute.
 
 Objective: the milliseconds of the recomputations (copies c >= 1), costs scaled to integers
-like :mod:`remat.solver.graph.checkmate_model` (rounded down, so the bound stays a bound).
+like :mod:`remat.solver.graph.ilp.checkmate_model` (rounded down, so the bound stays a bound).
 
 The search space is every op order in which each node is computed at most ``C_v`` times
 (``copies``, default 2), not only Checkmate's frontier-advancing stages: with enough copies
@@ -38,7 +38,7 @@ from functools import reduce
 
 from remat.schedules import GraphProfile, Op
 from remat.solver.deadline import Deadline, TimeUp, as_deadline
-from remat.solver.graph.checkmate_model import TIME_STEPS
+from remat.solver.graph.ilp.checkmate_model import TIME_STEPS
 
 DEFAULT_COPIES = 2
 
@@ -61,7 +61,7 @@ class _Intervals:
     """The CP-SAT model: a, s, e per copy; built once, searched from a hint."""
 
     def __init__(self, profile: GraphProfile, budget: int, copies: Sequence[int], deadline: Deadline):
-        from ortools.sat.python import cp_model
+        from ortools.sat.python import cp_model  # heavy: imported only where a model is built
 
         self.cp, self.m, self.profile, self.copies = cp_model, cp_model.CpModel(), profile, list(copies)
         n = profile.size

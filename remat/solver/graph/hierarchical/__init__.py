@@ -4,19 +4,19 @@ Three steps (issue 12, item 2; Rockmate's structure, Zhao et al. ICML 2023), a f
 large blocks and a fifth across block boundaries:
 
 1. Cut the graph at the forward graph's articulation points into a chain of blocks
-   (:mod:`remat.solver.graph.blocks`: which forward and backward nodes form each block, what its
+   (:mod:`remat.solver.graph.hierarchical.blocks`: which forward and backward nodes form each block, what its
    input ``c_{i-1}``, output ``c_i`` and gradients ``G_{i+1}`` / ``G_i`` are, and why the chain
    semantics then hold exactly).
 2. Solve each block on its own into a Pareto set of recording options (memory vs time):
    which of its forward outputs to keep for its backward, and how its backward recomputes the
-   rest (:mod:`remat.solver.graph.hierarchical_block`).
-3. Run a multi-option chain DP over the blocks (:mod:`remat.solver.graph.hierarchical_dp`) and
+   rest (:mod:`remat.solver.graph.hierarchical.block_options`).
+3. Run a multi-option chain DP over the blocks (:mod:`remat.solver.graph.hierarchical.dp`) and
    expand its block-level ops back into graph compute/free ops.
 4. Where a chosen option belongs to a block whose kept sets are only sampled, search near it
-   for this budget (:mod:`remat.solver.graph.hierarchical_refine`), re-running the DP.
+   for this budget (:mod:`remat.solver.graph.hierarchical.refine_blocks`), re-running the DP.
 5. On the schedule's flat R/S plan, a bounded local search keeps recomputed nodes and makes
    room by dropping a held node around the stages that go over
-   (:mod:`remat.solver.graph.hierarchical_flat`): what the DP cannot do, since it keeps a block's
+   (:mod:`remat.solver.graph.hierarchical.flat`): what the DP cannot do, since it keeps a block's
    outputs until the backward that reads them.
 
 **What it guarantees.** Every schedule is valid and within the budget (checked by the one
@@ -29,7 +29,7 @@ schedule is the fastest up to its memory discretization (``slots`` levels of the
 schedules with one-byte slots. The block options are exhaustive over *what to keep* for blocks
 of at most ``EXHAUSTIVE_NODES + 1`` forward nodes and cover two fixed recomputation policies.
 A larger block's kept sets are a sample; for it, a bounded local search around the options the
-DP chose (:mod:`remat.solver.graph.hierarchical_refine`) adds kept sets for this budget and
+DP chose (:mod:`remat.solver.graph.hierarchical.refine_blocks`) adds kept sets for this budget and
 re-runs the DP, and the flat search of step 5 moves only to strictly faster plans within the
 budget, so the schedule returned is never slower than the DP's over the sample and may be
 faster (then it no longer respects the block boundaries). It is not optimal over every
@@ -50,11 +50,11 @@ from remat.schedules import GraphProfile, InfeasibleBudgetError, Op, RematError,
 from remat.solver.common import ProfileCache, SolverBug, Strategy, make_schedule, require_graph
 from remat.solver.deadline import Deadline, TimeUp
 from remat.solver.graph.baselines import store_all_plan
-from remat.solver.graph.blocks import Blocks, cut_blocks
-from remat.solver.graph.hierarchical_block import BlockModel, BlockOption, block_model, merged_kept_sets
-from remat.solver.graph.hierarchical_dp import Chain, chain_of, fill, least_peak, read_ops, walk
-from remat.solver.graph.hierarchical_flat import flat_search
-from remat.solver.graph.hierarchical_refine import refine
+from remat.solver.graph.hierarchical.block_options import BlockModel, BlockOption, block_model, merged_kept_sets
+from remat.solver.graph.hierarchical.blocks import Blocks, cut_blocks
+from remat.solver.graph.hierarchical.dp import Chain, chain_of, fill, least_peak, read_ops, walk
+from remat.solver.graph.hierarchical.flat import flat_search
+from remat.solver.graph.hierarchical.refine_blocks import refine
 from remat.solver.graph.stages import StagePlan, plan_from_ops, plan_ops, plan_peak
 
 NAME = "hierarchical"
@@ -190,7 +190,7 @@ def _flat_searched(
     source: str,
     deadline: Deadline | None,
 ) -> tuple[list[Op], float, int, str]:
-    """The block schedule's ops after :func:`~remat.solver.graph.hierarchical_flat.flat_search` on
+    """The block schedule's ops after :func:`~remat.solver.graph.hierarchical.flat.flat_search` on
     its R/S plan, with their time (ms), peak (bytes) and source; the ops themselves if it finds
     nothing faster (or they are not in frontier-advancing form)."""
     plan = plan_from_ops(profile, ops)
@@ -206,7 +206,7 @@ def _flat_searched(
 def _refined(
     profile: GraphProfile, solved: Solved, budget: int, slots: int, found: list[tuple], deadline: Deadline | None
 ) -> tuple[Solved, str, list[tuple]]:
-    """The DP's answer after the local search of :mod:`~remat.solver.graph.hierarchical_refine`
+    """The DP's answer after the local search of :mod:`~remat.solver.graph.hierarchical.refine_blocks`
     over the kept sets of large blocks (the DP's own answer where it finds nothing faster)."""
 
     def dp(models: dict[tuple[int, int], BlockModel]) -> tuple[list[tuple], float] | None:

@@ -18,8 +18,8 @@ Constraints:
   (Checkmate's num_hazards, written as one inequality per hazard, which is also a tighter LP);
 * memory, Checkmate's recursion: ``U[t, 0] = sum_i S[t, i] M_i + R[t, 0] M_0`` and
   ``U[t, k] = U[t, k-1] - sum_i FREE[t, i, k-1] M_i + R[t, k] M_k``, ``U[t, k] <= budget``;
-  with a node's transient overhead O_k (bytes live only while k is computed, DESIGN's optional
-  ``overhead``): ``U[t, k] + O_k R[t, k] <= budget``;
+  with a node's transient overhead O_k (bytes live only while k is computed, the optional
+  ``overhead`` of docs/model.md, "Graphs"): ``U[t, k] + O_k R[t, k] <= budget``;
 * a node that cannot be recomputed (``recompute`` false) is computed in its own stage only:
   ``R[t, i] = 0`` for t > i, i.e. ``sum_t R[t, i] = 1``.
 
@@ -31,41 +31,8 @@ time == objective.
 
 Objective: ``sum_t sum_i time_i R[t, i]`` (milliseconds).
 
-Solver choice, measured (OR-Tools 9.15, this 2-core machine shared with other sessions, so
-times are noisy): a 30-stage random chain as a graph (62 nodes, 10,201 model variables) at 50%
-of its store-all peak, warm start chen-sqrt = 229.27 ms, 20 s per run:
-
-==========================  ============  ===============
-backend                     best (ms)     bound (ms)
-==========================  ============  ===============
-CP-SAT, 1 worker (10 s)     229.27        179.27
-CP-SAT, 2 workers           210.53        179.27
-CP-SAT, 8 workers           209.14        194.71
-SCIP (pywraplp, hinted)     229.27        192.82
-HiGHS (pywraplp)            none          none (and it segfaults when given a hint)
-==========================  ============  ===============
-
-The U-Net graph of examples/graph_unet.json (63 nodes) at 70% of its store-all peak, warm start
-59293 ms (``python benchmarks/ilp_speed.py --compare-backends --graphs unet --budgets 70
---limits 30`` plus two runs with other CP-SAT parameters), 30 s per run:
-
-==========================  ============  ===============
-backend                     best (ms)     bound (ms)
-==========================  ============  ===============
-CP-SAT, 1 worker            59292         46810
-CP-SAT, 2 workers           55976         46810
-CP-SAT, 8 workers           49553         46969
-CP-SAT, 16 workers          50605         46969
-CP-SAT, 8 w., lin. level 2  53636         46969
-SCIP (pywraplp, hinted)     59293         46899
-HiGHS (pywraplp, no hint)   none          none
-==========================  ============  ===============
-
-CP-SAT with 8 workers finds the best schedule and the best bound; its portfolio (LP-based
-search, LNS, core-based bounds) pays off even with more workers than cores. It also works in
-exact integers (memory in bytes / gcd of the sizes, costs scaled to integers), so a decoded
-schedule can never exceed the budget by a floating-point feasibility tolerance, and it takes a
-complete warm-start hint. SCIP remains available (``backend="scip"``) for comparison.
+Building and searching it for the strategies, and the measured choice of backend:
+:mod:`remat.solver.graph.ilp.checkmate_search`.
 """
 
 from __future__ import annotations
@@ -73,18 +40,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
 from remat.schedules import GraphProfile
-from remat.solver.deadline import Deadline, TimeUp, as_deadline
-from remat.solver.graph.stages import StagePlan, free_points, plan_peak
-
-# See the measurement in the module docstring.
-BACKEND_CHOICE = "cp-sat"
-DEFAULT_WORKERS = 8
-BACKENDS = ("cp-sat", "scip", "highs")
+from remat.solver.deadline import Deadline, TimeUp
+from remat.solver.graph.stages import StagePlan, free_points
 
 # Integer objective for CP-SAT: node times are scaled to integers with this many steps for the
 # slowest node, rounded DOWN, so the solver's bound divided by the scale is a valid lower bound on
@@ -96,39 +57,11 @@ LP_TIME_SHARE = 0.85
 # smaller; raising it to the rule's value lowers U and keeps the cost, so the optimum is the
 # same), and on the bundled graphs the LP value is the same without them: HiGHS's child leaves
 # them out (~26k of the ResNet-50 graph's 158k rows; its second round of root cuts came ~10%
-# sooner). See remat/solver/graph/highs_child.py.
+# sooner). See remat/solver/graph/ilp/highs_child.py.
 FORCED_FREE = "forced free"
 
 
-@dataclass(frozen=True)
-class ModelResult:
-    """Outcome of one solve.
-
-    Attributes:
-        plan: the best plan found (None if none).
-        status: "optimal", "feasible", "infeasible" or "unknown" (no plan and no proof).
-        lower_bound_ms: proven lower bound on the objective (milliseconds), or None.
-        objective_ms: the plan's cost in milliseconds (recomputed exactly from R), or None.
-        solve_seconds: wall time of the solver call (seconds), excluding model building.
-        build_seconds: wall time of building the model (seconds).
-        memory: U[t, k] as the solver holds it (bytes), for the computed k, or None.
-        variables: number of model variables.
-        free_matches: whether the solver's FREE values are exactly Checkmate's rule applied to its
-            R and S (which is where the decoded ops free), or None without a plan.
-    """
-
-    plan: StagePlan | None
-    status: str
-    lower_bound_ms: float | None
-    objective_ms: float | None
-    solve_seconds: float
-    build_seconds: float
-    memory: dict[tuple[int, int], int] | None
-    variables: int
-    free_matches: bool | None = None
-
-
-class _Model:
+class CheckmateModel:
     """R, S, FREE, U over one backend. Fixed entries (R[t, t] = 1, S[0, i] = 0) are Python ints."""
 
     def __init__(
@@ -147,10 +80,27 @@ class _Model:
         self.profile = profile
         self.backend = backend
         self.relax = relax
-        n = profile.size
+        self._units(budget, minimize_peak)
+        self._solver_model()
+        self.count = 0
+        self.R: dict[tuple[int, int], Any] = {}
+        self.S: dict[tuple[int, int], Any] = {}
+        self.FREE: dict[tuple[int, int, int], Any] = {}
+        self.U: dict[tuple[int, int], Any] = {}
+        self._stage_variables()
+        for t in range(profile.size):
+            self.deadline.check(self.phase)
+            self._stage_constraints(t)
+            self._free_constraints(t)
+            self._memory_constraints(t)
+        self._objective(minimize_peak)
+
+    def _units(self, budget: int, minimize_peak: bool) -> None:
+        """Memory in units of the gcd of the sizes and overheads (exact, and smaller coefficients),
+        the memory cap in those units, and the node times as integer steps (:data:`TIME_STEPS`)."""
+        profile = self.profile
         sizes = [node.size for node in profile.nodes]
         overheads = [node.overhead for node in profile.nodes]
-        # Memory in units of the gcd of the sizes and overheads: exact, and smaller coefficients.
         self.unit = reduce(math.gcd, [s for s in sizes + overheads if s > 0], 0) or 1
         self.mem = [s // self.unit for s in sizes]
         self.over = [o // self.unit for o in overheads]
@@ -160,34 +110,36 @@ class _Model:
         slowest = max((node.time_ms for node in profile.nodes), default=0.0)
         self.scale = TIME_STEPS / slowest if slowest > 0 else 1.0
         self.cost = [math.floor(node.time_ms * self.scale) for node in profile.nodes]
+
+    def _solver_model(self) -> None:
+        """The backend's empty model (``self.m``; ``self.cp`` the CP-SAT module for CP-SAT).
+        OR-Tools is imported here: a heavy import that the rest of remat.solver never pays."""
+        backend, relax = self.backend, self.relax
         if backend == "cp-sat":
             from ortools.sat.python import cp_model
 
             self.cp = cp_model
             self.m = cp_model.CpModel()
-        else:
-            from ortools.linear_solver import pywraplp
+            return
+        from ortools.linear_solver import pywraplp
 
-            name = {"scip": "SCIP", "highs": "HIGHS"}[backend]
-            if relax:
-                # HiGHS's LP solver: 3.4 s on the U-Net graph's relaxation where GLOP did not
-                # finish in 60 s and PDLP took 70 s (same value, 46842.4 ms).
-                name = "HIGHS_LP"
-            self.m = pywraplp.Solver.CreateSolver(name)
-            if self.m is None:
-                raise RuntimeError(f"OR-Tools has no {name} solver")
-            self.m.SuppressOutput()
-            if relax:
-                # Keeps HiGHS from printing its banner on stdout at each solve.
-                self.m.SetSolverSpecificParametersAsString("output_flag=false")
-        self.count = 0
-        preds = profile.predecessors
-        succs = profile.successors
-        self.R: dict[tuple[int, int], Any] = {}
-        self.S: dict[tuple[int, int], Any] = {}
-        self.FREE: dict[tuple[int, int, int], Any] = {}
-        self.U: dict[tuple[int, int], Any] = {}
-        for t in range(n):
+        name = {"scip": "SCIP", "highs": "HIGHS"}[backend]
+        if relax:
+            # HiGHS's LP solver: 3.4 s on the U-Net graph's relaxation where GLOP did not
+            # finish in 60 s and PDLP took 70 s (same value, 46842.4 ms).
+            name = "HIGHS_LP"
+        self.m = pywraplp.Solver.CreateSolver(name)
+        if self.m is None:
+            raise RuntimeError(f"OR-Tools has no {name} solver")
+        self.m.SuppressOutput()
+        if relax:
+            # Keeps HiGHS from printing its banner on stdout at each solve.
+            self.m.SetSolverSpecificParametersAsString("output_flag=false")
+
+    def _stage_variables(self) -> None:
+        """R[t, i] (i <= t; fixed to 1 on the diagonal, to 0 for a node that is computed once) and S[t, i] (i < t)."""
+        profile = self.profile
+        for t in range(profile.size):
             self.deadline.check(self.phase)
             for i in range(t + 1):
                 if i == t:
@@ -198,42 +150,64 @@ class _Model:
                     self.R[t, i] = self._bool(f"R[{t},{i}]")
             for i in range(t):
                 self.S[t, i] = self._bool(f"S[{t},{i}]")
+
+    def _stage_constraints(self, t: int) -> None:
+        """Stage t: a node is computed or held, not both; a computed node's inputs are there; what
+        stage t+1 holds was computed or held in stage t."""
         add = self._add
-        for t in range(n):
-            self.deadline.check(self.phase)
-            for i in range(t):
-                add(self.R[t, i] + self.S[t, i] <= 1)
-            for v in range(t + 1):
-                for u in preds[v]:
-                    add(self.R[t, v] <= self.R[t, u] + self.S[t, u])
-            if t + 1 < n:
-                for i in range(t + 1):
-                    add(self.S[t + 1, i] <= self.R[t, i] + (self.S[t, i] if i < t else 0))
-            for k in range(t + 1):
-                for i in (*preds[k], k):
-                    free = self._bool(f"FREE[{t},{i},{k}]")
-                    self.FREE[t, i, k] = free
-                    hazards = [1 - self.R[t, k]] if k != t else []
-                    if t + 1 < n:
-                        hazards.append(self.S[t + 1, i])
-                    hazards += [self.R[t, j] for j in succs[i] if k < j <= t]
-                    for h in hazards:
-                        add(free + h <= 1)
-                    add(free >= 1 - sum(hazards), FORCED_FREE)
-            previous = None
-            for k in range(t + 1):
-                u = self._int(0, self.cap, f"U[{t},{k}]")
-                self.U[t, k] = u
-                if previous is None:
-                    add(u == sum(self.S[t, i] * self.mem[i] for i in range(t)) + self.R[t, 0] * self.mem[0])
-                else:
-                    freed = sum(self.FREE[t, i, k - 1] * self.mem[i] for i in (*preds[k - 1], k - 1))
-                    add(u == previous - freed + self.R[t, k] * self.mem[k])
-                if self.over[k] and not isinstance(self.R[t, k], int):
-                    add(u + self.over[k] * self.R[t, k] <= self.cap)
-                elif self.over[k] and self.R[t, k] == 1:
-                    add(u <= self.cap - self.over[k])
-                previous = u
+        n = self.profile.size
+        preds = self.profile.predecessors
+        for i in range(t):
+            add(self.R[t, i] + self.S[t, i] <= 1)
+        for v in range(t + 1):
+            for u in preds[v]:
+                add(self.R[t, v] <= self.R[t, u] + self.S[t, u])
+        if t + 1 < n:
+            for i in range(t + 1):
+                add(self.S[t + 1, i] <= self.R[t, i] + (self.S[t, i] if i < t else 0))
+
+    def _free_constraints(self, t: int) -> None:
+        """FREE[t, i, k]: node i's output is freed after computing k in stage t, exactly when no
+        hazard keeps it (Checkmate's rule; the forcing half is named :data:`FORCED_FREE`)."""
+        add = self._add
+        n = self.profile.size
+        preds = self.profile.predecessors
+        succs = self.profile.successors
+        for k in range(t + 1):
+            for i in (*preds[k], k):
+                free = self._bool(f"FREE[{t},{i},{k}]")
+                self.FREE[t, i, k] = free
+                hazards = [1 - self.R[t, k]] if k != t else []
+                if t + 1 < n:
+                    hazards.append(self.S[t + 1, i])
+                hazards += [self.R[t, j] for j in succs[i] if k < j <= t]
+                for h in hazards:
+                    add(free + h <= 1)
+                add(free >= 1 - sum(hazards), FORCED_FREE)
+
+    def _memory_constraints(self, t: int) -> None:
+        """U[t, k]: memory (in units) after computing k in stage t, within the cap with k's transient."""
+        add = self._add
+        preds = self.profile.predecessors
+        previous = None
+        for k in range(t + 1):
+            u = self._int(0, self.cap, f"U[{t},{k}]")
+            self.U[t, k] = u
+            if previous is None:
+                add(u == sum(self.S[t, i] * self.mem[i] for i in range(t)) + self.R[t, 0] * self.mem[0])
+            else:
+                freed = sum(self.FREE[t, i, k - 1] * self.mem[i] for i in (*preds[k - 1], k - 1))
+                add(u == previous - freed + self.R[t, k] * self.mem[k])
+            if self.over[k] and not isinstance(self.R[t, k], int):
+                add(u + self.over[k] * self.R[t, k] <= self.cap)
+            elif self.over[k] and self.R[t, k] == 1:
+                add(u <= self.cap - self.over[k])
+            previous = u
+
+    def _objective(self, minimize_peak: bool) -> None:
+        """The recompute cost in time steps, or (``minimize_peak``) the largest op peak in units."""
+        add = self._add
+        n = self.profile.size
         if minimize_peak:
             self.peak = self._int(0, self.cap, "peak")
             for (t, k), u in self.U.items():
@@ -332,7 +306,7 @@ class _Model:
                 bound = solver.BestObjectiveBound()
                 bound = bound if math.isfinite(bound) else None
             return status, bound, seconds
-        from ortools.linear_solver import pywraplp
+        from ortools.linear_solver import pywraplp  # heavy: imported only where a model is solved (see _solver_model)
 
         # HiGHS overran its own limit by ~2 s of 12 on the ResNet-50 graph's LP on a loaded machine
         # (benchmarks/time_limits.py): it gets 85% of what is left, so the whole solve keeps its limit.
@@ -371,108 +345,3 @@ class _Model:
 
     def memory(self, plan: StagePlan) -> dict[tuple[int, int], int]:
         return {(t, k): round(self.value(self.U[t, k])) * self.unit for t in range(len(plan.R)) for k in plan.R[t]}
-
-
-def solve_model(
-    profile: GraphProfile,
-    budget: int,
-    time_limit: float | Deadline,
-    workers: int = DEFAULT_WORKERS,
-    backend: str = BACKEND_CHOICE,
-    hint: StagePlan | None = None,
-) -> ModelResult:
-    """Build and solve Checkmate's MILP for ``budget`` bytes, building included, within
-    ``time_limit`` (seconds from now, or a shared :class:`Deadline`); raises :class:`TimeUp` if
-    the time runs out before the solver starts."""
-    deadline = as_deadline(time_limit)
-    start = time.perf_counter()
-    model = build_model(profile, budget, deadline, backend)
-    build = time.perf_counter() - start
-    return search(model, deadline, workers, hint, build)
-
-
-def build_model(profile: GraphProfile, budget: int, time_limit: float | Deadline, backend: str = BACKEND_CHOICE):
-    """Checkmate's MILP for ``budget`` bytes, ready for :func:`search` (once or several times,
-    e.g. again from a better warm start); raises :class:`TimeUp` if building outlasts ``time_limit``."""
-    return _Model(profile, budget, backend, deadline=as_deadline(time_limit))
-
-
-def search(
-    model: _Model,
-    time_limit: float | Deadline,
-    workers: int = DEFAULT_WORKERS,
-    hint: StagePlan | None = None,
-    build_seconds: float = 0.0,
-) -> ModelResult:
-    """Search a built model until ``time_limit`` (seconds or a :class:`Deadline`), from ``hint``
-    when given (it replaces the previous search's hint); raises :class:`TimeUp` if no time is left."""
-    deadline = as_deadline(time_limit)
-    profile = model.profile
-    start = time.perf_counter()
-    if hint is not None:
-        model.deadline = deadline
-        model.hint(hint)
-    status, bound, seconds = model.solve(workers, deadline)
-    build_seconds += time.perf_counter() - start - seconds  # the hint is part of the set-up
-    plan = None
-    objective = None
-    memory = None
-    lower = None
-    matches = None
-    if status in ("optimal", "feasible"):
-        plan = model.plan()
-        objective = plan.cost_ms(profile)
-        memory = model.memory(plan)
-        matches = model.free_matches(plan)
-    if bound is not None:
-        # The objective counts recomputations only (the R[t, t] are fixed); integer costs were
-        # rounded down, so bound / scale is a valid lower bound on the recomputation milliseconds.
-        lower = profile.store_all_compute_ms + bound / model.scale
-    return ModelResult(plan, status, lower, objective, seconds, build_seconds, memory, model.count, matches)
-
-
-def minimum_peak(
-    profile: GraphProfile, time_limit: float | Deadline, workers: int = DEFAULT_WORKERS, hint: StagePlan | None = None
-) -> tuple[int | None, int | None, str]:
-    """The smallest peak (bytes) of any frontier-advancing schedule, by the same model with the
-    objective ``min max U``: (best peak found, proven lower bound, status); building included in
-    ``time_limit`` (raises :class:`TimeUp` if it runs out first)."""
-    model = _Model(profile, 0, BACKEND_CHOICE, minimize_peak=True, deadline=as_deadline(time_limit))
-    if hint is not None:
-        model.hint(hint)
-        model.m.AddHint(model.peak, plan_peak(profile, hint) // model.unit)
-    status, bound, _ = model.solve(workers)
-    best = None
-    if status in ("optimal", "feasible"):
-        best = plan_peak(profile, model.plan())
-    lower = None if bound is None else math.ceil(round(bound, 6)) * model.unit
-    return best, lower, status
-
-
-def solve_relaxation(
-    profile: GraphProfile, budget: int, time_limit: float | Deadline
-) -> tuple[str, float | None, list[dict]]:
-    """The LP relaxation (HiGHS LP): status, LP value in milliseconds (a lower bound on the ILP optimum
-    when optimal), and the fractional S[t, i] as one dict per stage. Building is included in
-    ``time_limit`` (raises :class:`TimeUp` if it runs out first)."""
-    model = _Model(profile, budget, "scip", relax=True, deadline=as_deadline(time_limit))
-    status, bound, _ = model.solve(1)
-    if status != "optimal":
-        return status, None, []
-    fractional = [
-        {i: model.value(model.S[t, i]) for i in range(t) if model.value(model.S[t, i]) > 1e-9}
-        for t in range(profile.size)
-    ]
-    return status, profile.store_all_compute_ms + bound / model.scale, fractional
-
-
-__all__ = [
-    "ModelResult",
-    "solve_model",
-    "build_model",
-    "search",
-    "solve_relaxation",
-    "BACKENDS",
-    "BACKEND_CHOICE",
-    "minimum_peak",
-]

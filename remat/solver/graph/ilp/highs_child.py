@@ -1,4 +1,4 @@
-"""The child process of :mod:`remat.solver.graph.highs_search`: HiGHS's branch and cut
+"""The child process of :mod:`remat.solver.graph.ilp.highs_search`: HiGHS's branch and cut
 (``highspy``) on a CP-SAT model file, started from the model's solution hint.
 
 Run as ``python highs_child.py MODEL RESULT END``: MODEL is a binary ``CpModelProto`` whose
@@ -33,7 +33,7 @@ def read_model(path: str) -> dict:
     named :data:`LEFT_OUT`), the variables' bounds and the hint ``x0``. Raises ValueError for
     anything but integer variables, one-interval domains and plain linear constraints."""
 
-    from ortools.sat import cp_model_pb2
+    from ortools.sat import cp_model_pb2  # heavy: the child imports it only to read its model
 
     with open(path, "rb") as stream:
         proto = cp_model_pb2.CpModelProto.FromString(stream.read())
@@ -92,7 +92,7 @@ def solve(model: dict, end: float, progress=lambda answer: None) -> dict:
     """HiGHS on the model until ``end`` (a ``time.time()``), from the hint: the model status, the
     dual bound (in the objective's units, or NaN) and the best solution x (integers, or empty).
     ``progress`` gets the answer so far (status "running", no solution) when the bound rises."""
-    import highspy
+    import highspy  # heavy: only the child, which runs HiGHS, imports it
 
     n = len(model["c"])
     values, indices, starts = model["A"]

@@ -7,7 +7,7 @@ which puts the hierarchical plan (17050.7 ms) within 1% of the bound. On the U-N
 HiGHS proves the optimum in 15 s. Its own plans are rarely better than CP-SAT's; its bound is the
 point (measurements: docs/strategies.md).
 
-Why a child process (:mod:`remat.solver.graph.highs_child`). ``highspy`` cannot share a process
+Why a child process (:mod:`remat.solver.graph.ilp.highs_child`). ``highspy`` cannot share a process
 with OR-Tools: each loads its own HiGHS, and loading both fails with undefined symbols. A child
 also keeps the strategy's time limit whatever HiGHS does: it is killed. The model travels as
 CP-SAT's own binary model file, hint included, so the child solves exactly the model CP-SAT
@@ -82,7 +82,7 @@ def branch_and_cut(
     kill_at: Deadline | None = None,
     give_up_after: float | None = None,
 ) -> BranchAndCut:
-    """Run HiGHS on ``model`` (a CP-SAT :class:`~remat.solver.graph.checkmate_model` model) from
+    """Run HiGHS on ``model`` (a CP-SAT :class:`~remat.solver.graph.ilp.checkmate_model` model) from
     ``start`` until ``deadline``; blocks until the child answers, or kills it at ``kill_at``
     (default: :data:`GRACE_SECONDS` after ``deadline``), or after ``give_up_after`` seconds if it
     has no bound by then (its root LP unsolved: the time is better spent elsewhere)."""

@@ -1,7 +1,7 @@
 """A local search over the kept sets of large blocks, for one budget (``hierarchical``).
 
 A block with more than ``EXHAUSTIVE_NODES + 1`` forward nodes (U-Net's skips make one block of
-most of the network) gets only a sample of kept sets (:mod:`remat.solver.graph.hierarchical_block`):
+most of the network) gets only a sample of kept sets (:mod:`remat.solver.graph.hierarchical.block_options`):
 prefixes and strides, which miss the mixed sets a budget needs. Here, once the chain DP has
 chosen its options for the budget, each chosen option of such a block (alone or in a merged run)
 is the centre of a neighbourhood of (kept set, recompute rules) pairs: its kept set with one
@@ -28,8 +28,7 @@ from dataclasses import replace
 
 from remat.schedules import GraphProfile
 from remat.solver.deadline import Deadline
-from remat.solver.graph.blocks import Blocks
-from remat.solver.graph.hierarchical_block import (
+from remat.solver.graph.hierarchical.block_options import (
     EXHAUSTIVE_NODES,
     MAX_BLOCK_WORK,
     BlockModel,
@@ -38,6 +37,7 @@ from remat.solver.graph.hierarchical_block import (
     block_model,
     merged,
 )
+from remat.solver.graph.hierarchical.blocks import Blocks
 
 MAX_REFINE_WORK = 1_500_000  # (kept set, rules) pairs x nodes**2 walked in all (~1.5 s of walks at most)
 BATCH_WORK = 200_000  # walked between two DP runs (a DP run costs about as much as a batch on U-Net)
@@ -54,7 +54,7 @@ def sampled(blocks: Blocks, key: tuple[int, int]) -> bool:
 
 def chosen(models: Models, ops: list[tuple]) -> list[tuple[tuple[int, int], BlockOption]]:
     """The (run, option) of each recording forward in the ops (``("Fall", s, k)``: the k-th option
-    of the runs starting at s, in the order :func:`~remat.solver.graph.hierarchical_dp.chain_of` uses)."""
+    of the runs starting at s, in the order :func:`~remat.solver.graph.hierarchical.dp.chain_of` uses)."""
     found = []
     for op in ops:
         if op[0] != "Fall":

@@ -1,0 +1,103 @@
+"""Checks of single profile fields, shared by chain and graph profiles: each error names its field.
+
+A size is a non-negative integer number of bytes, a time a finite non-negative number of
+milliseconds; :func:`digest` is the SHA-256 of a profile's canonical JSON.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any
+
+from remat.schedules.errors import ProfileError
+
+
+def check_size(value: Any, path: str) -> int:
+    """``value`` as a size in bytes (an integral float up to 2**53 is taken), or a ProfileError naming ``path``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        # an integral float is a size only where floats are exact (JSON writers may emit 1e6)
+        if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
+            value = int(value)
+        else:
+            raise ProfileError(f"{path}: must be a non-negative integer number of bytes, got {value!r}")
+    if value < 0:
+        raise ProfileError(f"{path}: must be a non-negative integer number of bytes, got {value}")
+    return value
+
+
+def check_time(value: Any, path: str) -> float:
+    """``value`` as a time in milliseconds (finite, non-negative), or a ProfileError naming ``path``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ProfileError(f"{path}: must be a non-negative number of milliseconds, got {value!r}")
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past float's range (JSON integers are unbounded)
+        size = f"an integer of {value.bit_length()} bits"
+        raise ProfileError(f"{path}: must be a finite number of milliseconds, got {size}") from None
+    if not math.isfinite(number) or number < 0:
+        raise ProfileError(f"{path}: must be a non-negative number of milliseconds, got {value}")
+    return number
+
+
+def check_name(value: Any, path: str) -> str:
+    """``value`` if it is a string, else a ProfileError naming ``path``."""
+    if not isinstance(value, str):
+        raise ProfileError(f"{path}: must be a string, got {value!r}")
+    return value
+
+
+def require(data: Mapping[str, Any], key: str, path: str) -> Any:
+    """``data[key]``, or a ProfileError naming the missing field (or ``data`` that is no JSON object)."""
+    if not isinstance(data, Mapping):
+        raise ProfileError(f"{path or 'profile'}: must be a JSON object, got {type(data).__name__}")
+    if key not in data:
+        where = f"{path}.{key}" if path else key
+        raise ProfileError(f"{where}: missing required field")
+    return data[key]
+
+
+def reject_unknown_keys(raw: Mapping[str, Any], cls: type, path: str) -> None:
+    """Refuse a key that is not a field of ``cls`` (a typo like ``forward_overhaed`` would otherwise
+    be dropped silently, and with it a transient). The known keys are the dataclass's fields, so a
+    new optional field is accepted as soon as it exists. Only stages and nodes are this strict; the
+    top level of a file may carry extra keys (docs/formats.md)."""
+    known = [f.name for f in fields(cls)]
+    for key in raw:
+        if key in known:
+            continue
+        close = difflib.get_close_matches(str(key), known, n=1)
+        hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(known)}"
+        raise ProfileError(f"{path}.{key}: unknown key ({hint})")
+
+
+def check_metadata(value: Any, path: str) -> dict[str, Any]:
+    """A profile's metadata as a plain dict (None: empty); refused if JSON cannot hold it."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ProfileError(f"{path}: must be a JSON object")
+    try:  # the profile's digest serializes it: refuse what JSON cannot hold (NaN, Infinity, objects)
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise ProfileError(f"{path}: must hold plain JSON values ({error})") from None
+    return dict(value)
+
+
+def optional_size(raw: Mapping[str, Any], key: str, path: str) -> Any:
+    """The value of an optional size field, or None when absent (null is refused, not "absent")."""
+    if key not in raw:
+        return None
+    if raw[key] is None:
+        raise ProfileError(f"{path}.{key}: must be a non-negative integer number of bytes, got null")
+    return raw[key]
+
+
+def digest(data: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of the canonical JSON of ``data`` (sorted keys, no spaces, no NaN)."""
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()

@@ -1,0 +1,100 @@
+"""What the chain DP keeps between calls, in one owner: :data:`CACHE`.
+
+Every entry is keyed by its kind and a key that starts with the profile's digest, and each kind
+is bounded on its own (:data:`BOUNDS`):
+
+* ``"table"``: filled single-option tables (:class:`~remat.solver.chain.dp.table.Table`), kept
+  while their decisions add up to at most :data:`TABLE_BYTES` (at least one is kept), least
+  recently used first out: a 1000-stage front is 3 tables, ~410 MB of decisions (int16) in all;
+* ``"minimum"``, ``"front"``: a profile's exact minimum and its front, for :data:`PROFILES` profiles;
+* ``"answers"``: the schedules :func:`remat.solver.chain.dp.single.solve` returned per profile and
+  slots, which keep it monotone over rising budgets across calls (:data:`PROFILES` profiles);
+* ``"options table"``, ``"options front"``: the multi-option DP's tables and fronts
+  (:data:`PROFILES` each).
+
+Apart from the tables, the first entry in is the first out. ``CACHE.clear()`` forgets everything:
+the next call recomputes, and solve's memory of earlier answers starts afresh.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Bound:
+    """How much of one kind is kept: at most ``items`` entries, or entries of at most ``nbytes``
+    bytes in all as ``size`` counts them (the newest one is always kept); ``refresh``: a hit makes
+    the entry the most recent (least recently used out), else the first in is the first out."""
+
+    items: int | None = None
+    nbytes: int | None = None
+    size: Callable[[Any], int] | None = None
+    refresh: bool = False
+
+
+class DPCache:
+    """A keyed cache bounded per kind (see the module doc). Not shared across processes; the
+    front's threads only read it while the caller stores what they filled."""
+
+    def __init__(self, bounds: Mapping[str, Bound]) -> None:
+        self._bounds = dict(bounds)
+        self._kinds: dict[str, OrderedDict[Hashable, Any]] = {kind: OrderedDict() for kind in bounds}
+
+    def __contains__(self, kind_key: tuple[str, Hashable]) -> bool:
+        kind, key = kind_key
+        return key in self._kinds[kind]
+
+    def get(self, kind: str, key: Hashable, default: Any = None) -> Any:
+        """The entry, or ``default``; a hit on a refreshing kind makes it the most recent."""
+        entries = self._kinds[kind]
+        if key not in entries:
+            return default
+        if self._bounds[kind].refresh:
+            entries.move_to_end(key)
+        return entries[key]
+
+    def put(self, kind: str, key: Hashable, value: Any) -> None:
+        """Store ``value`` (an existing key keeps its place in the order), then drop the oldest
+        entries of that kind past its bound."""
+        entries = self._kinds[kind]
+        entries[key] = value
+        bound = self._bounds[kind]
+        if bound.items is not None:
+            while len(entries) > bound.items:
+                entries.popitem(last=False)
+        if bound.nbytes is not None and bound.size is not None:
+            while len(entries) > 1 and sum(bound.size(entry) for entry in entries.values()) > bound.nbytes:
+                entries.popitem(last=False)
+
+    def get_or_put(self, kind: str, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """The entry, computing and storing it on a miss."""
+        found = self.get(kind, key, _MISSING)
+        if found is _MISSING:
+            found = compute()
+            self.put(kind, key, found)
+        return found
+
+    def clear(self) -> None:
+        """Forget every entry of every kind."""
+        for entries in self._kinds.values():
+            entries.clear()
+
+
+_MISSING = object()
+TABLE_BYTES = 640 << 20  # a 1000-stage front: 3 tables, ~410 MB of decisions (int16) in all
+PROFILES = 4  # entries (a profile, or a profile and its slots) kept of each other kind: each O(n**2) bytes at most
+
+BOUNDS = {
+    "table": Bound(nbytes=TABLE_BYTES, size=lambda table: table.flat.nbytes, refresh=True),
+    "minimum": Bound(items=PROFILES),
+    "front": Bound(items=PROFILES),
+    "answers": Bound(items=PROFILES),
+    "options table": Bound(items=PROFILES),
+    "options front": Bound(items=PROFILES),
+}
+
+CACHE = DPCache(BOUNDS)
