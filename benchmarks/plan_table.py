@@ -1,7 +1,7 @@
 """The largest batch that fits, for GPT-2-small-like and ResNet-50-like models, on an 80 GiB and a
 24 GiB device, at 0/10/30% overhead over store-all: store-all, Chen's sqrt(n) and the optimal DP.
 
-What ``remat plan`` does for each cell (remat.solver.chain.plan): meta-tensor profiles at three batch
+What ``remat plan`` does for each cell (remat.solver.plan): meta-tensor profiles at three batch
 sizes (exact sizes; times = FLOPs at a nominal rate, so overheads are FLOP ratios and stages with
 no matmul/convolution are free), a per-field growth model, the largest batch by the simulator,
 confirmed against real meta profiles at the answer and the next batch. Memory outside the
@@ -29,7 +29,7 @@ import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script 
 
 from remat.profile.batch import chain_profiler  # noqa: E402
 from remat.schedules import write_json  # noqa: E402
-from remat.solver.chain.plan import (  # noqa: E402
+from remat.solver.plan import (  # noqa: E402
     PLAN_STRATEGIES,
     confirmed_largest,
     fit_growth,

@@ -1,18 +1,17 @@
 """``remat pareto``: plot, CSV and JSON of the front; one-line errors; graph profiles dispatch to
-``remat.solver.graph.pareto.graph_front``."""
+``remat.solver.pareto.graph.graph_front``."""
 
 from __future__ import annotations
 
 import csv
 import json
 import math
-import sys
-import types
 from itertools import pairwise
 
 import pytest
 
 from remat.cli import main
+from remat.cli import pareto as pareto_command
 from remat.schedules import ChainProfile, GraphNode, GraphProfile, Stage, save_profile, simulate
 from remat.solver import solve
 from remat.solver.chain.checkpoints import chain_checkpoints
@@ -107,9 +106,7 @@ def test_graph_profiles_dispatch_to_graph_front(tmp_path, monkeypatch, capsys):
         notes = (("fake-ilp", 20, "the 3.5 s time limit ran out"),)
         return GraphFront(points, (FailedPoint("fake-ilp", 5, "cannot fit 5 bytes"),), notes)
 
-    module = types.ModuleType("remat.solver.graph.pareto")
-    module.graph_front = graph_front
-    monkeypatch.setitem(sys.modules, "remat.solver.graph.pareto", module)
+    monkeypatch.setattr(pareto_command, "graph_front", graph_front)
     graph = GraphProfile(
         name="g",
         nodes=(GraphNode("x", 1.0, 4), GraphNode("y", 1.0, 4), GraphNode("dy", 2.0, 4, True)),

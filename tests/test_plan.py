@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from remat.schedules import ChainProfile, InfeasibleBudgetError, RematError, Stage, simulate
 from remat.solver import solve
-from remat.solver.chain.plan import (
+from remat.solver.chain.store_all import store_all_peak
+from remat.solver.plan import (
     confirmed_largest,
     fit_growth,
     fixed_bytes_auto,
@@ -18,7 +19,6 @@ from remat.solver.chain.plan import (
     overhead,
     overhead_curve,
 )
-from remat.solver.chain.store_all import store_all_peak
 
 
 def polynomial_chain(coefficients, x: int, quadratic: int = 0, knee: int = 0) -> ChainProfile:
@@ -203,7 +203,7 @@ torch = pytest.importorskip("torch")
 
 from remat.cli import main  # noqa: E402
 from remat.profile.batch import chain_profiler  # noqa: E402
-from remat.solver.chain.plan import mismatches  # noqa: E402
+from remat.solver.plan import mismatches  # noqa: E402
 
 CPU = torch.device("cpu")
 

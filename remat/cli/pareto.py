@@ -1,7 +1,7 @@
 """``remat pareto``: the memory/compute trade-off of a profile, summarized, plotted and written as rows.
 
-A chain's front is the optimal DP's (remat.solver.chain.pareto) with each baseline swept over
-budgets; a graph's is every graph strategy solved at a sweep of budgets (remat.solver.graph.pareto).
+A chain's front is the optimal DP's (remat.solver.pareto.chain) with each baseline swept over
+budgets; a graph's is every graph strategy solved at a sweep of budgets (remat.solver.pareto.graph).
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from remat.plots import plot_front, preload  # matplotlib itself is imported onl
 from remat.schedules import RematError, format_size, load_profile
 from remat.solver import strategy_names
 from remat.solver.chain.optimal import DEFAULT_SLOTS
-from remat.solver.chain.pareto import chain_front, overhead_percent, write_front_csv, write_front_json
+from remat.solver.front import overhead_percent, write_front_csv, write_front_json
+from remat.solver.pareto.chain import chain_front
+from remat.solver.pareto.graph import graph_front
 
 DEFAULT_POINTS = 24
 DEFAULT_GRAPH_TIME_LIMIT = 10.0  # seconds per graph solve: a sweep makes many
@@ -85,15 +87,6 @@ def _chain_front(profile, strategies: list[str], args: argparse.Namespace) -> _F
 
 
 def _graph_front(profile, strategies: list[str], args: argparse.Namespace) -> _Front:
-    # imported when a graph front is asked for: a build may leave the graph front out (the error
-    # below says so; tests/test_pareto_cli.py puts a stand-in module in its place in sys.modules)
-    try:
-        from remat.solver.graph.pareto import graph_front
-    except ImportError as error:
-        raise RematError(
-            "pareto for graph profiles needs remat.solver.graph.pareto, which is not in this build"
-        ) from error
-
     front = graph_front(
         profile,
         strategies=strategies,

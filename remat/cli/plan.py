@@ -13,7 +13,7 @@ import math
 from remat.cli.args import output_file, plot_file
 from remat.cli.options import DEVICE_HELP, add_device_and_dtype, add_model_and_input
 from remat.schedules import RematError, format_size, parse_size, save_profile, save_schedule
-from remat.solver.chain.plan import (
+from remat.solver.plan import (
     ADAM_COPIES,
     PLAN_STRATEGIES,
     Fit,
