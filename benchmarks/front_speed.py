@@ -1,6 +1,6 @@
 """Speed of the whole ``remat pareto`` command on random chains, next to the DP front alone.
 
-For each chain length (random chains from tests/test_optimal_kernel.py's generator, the one the
+For each chain length (random chains from tests/solver/chain/test_optimal_kernel.py's generator, the one the
 issue's numbers came from: arbitrary byte sizes, transients on some stages, fixed seed) this
 runs, in the same run and each in its own subprocess:
 
@@ -45,8 +45,10 @@ from remat.schedules import save_profile  # noqa: E402
 
 
 def random_chain(n: int, seed: int):
-    """tests/test_optimal_kernel.py's random chain (unit = 1 byte)."""
-    spec = importlib.util.spec_from_file_location("kernel_tests", ROOT / "tests" / "test_optimal_kernel.py")
+    """tests/solver/chain/test_optimal_kernel.py's random chain (unit = 1 byte)."""
+    spec = importlib.util.spec_from_file_location(
+        "kernel_tests", ROOT / "tests" / "solver" / "chain" / "test_optimal_kernel.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.random_chain(n, seed, 1)

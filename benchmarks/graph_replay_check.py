@@ -1,7 +1,7 @@
 """Graph schedules replayed on real models (CPU): predicted vs measured peak memory and step time.
 
 For a ResNet with skips, a U-Net with long skips and a small transformer (the replay tests'
-models, tests/graph_models.py) and torchvision's ResNet-18 layout (remat.zoo.resnet18,
+models, tests/graph/graph_models.py) and torchvision's ResNet-18 layout (remat.zoo.resnet18,
 whose convolutions allocate oneDNN scratch inside the kernels), graph profiles are built with
 torch.fx (each node's overhead: the allocator's transient during one run of it), every registered
 graph strategy is solved at budgets (percent of the store-all peak), and each schedule is replayed
@@ -38,7 +38,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))  # the test models
+sys.path.insert(0, str(ROOT / "tests" / "graph"))  # the test models (tests/graph/graph_models.py)
 
 import torch  # noqa: E402
 from graph_models import TinyTransformer, small_resnet, small_unet  # noqa: E402

@@ -2,7 +2,7 @@
 
 This was the implementation of :func:`remat.solver.chain.dp.table.build_table` before the numba
 kernel replaced it; it is kept, unchanged, so that ``benchmarks/solver_speed.py`` can time it
-against the kernel in the same run and ``tests/test_optimal_kernel.py`` can check that the kernel
+against the kernel in the same run and ``tests/solver/chain/test_optimal_kernel.py`` can check that the kernel
 fills the same table (same float32 values, same decisions). The recurrence, rounding rules and
 pruning are documented in :mod:`remat.solver.chain.dp.table`.
 

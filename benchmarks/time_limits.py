@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "solver" / "graph"))  # test_chain_as_graph.random_chain
 
 import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
 

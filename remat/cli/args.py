@@ -75,7 +75,7 @@ def output_file(text: str) -> str:
     return text
 
 
-# matplotlib's image types (``FigureCanvasBase.get_supported_filetypes()``; tests/test_plots.py
+# matplotlib's image types (``FigureCanvasBase.get_supported_filetypes()``; tests/plots/test_plots.py
 # checks this copy against the installed matplotlib): reading them there costs ~0.25 s of imports
 # before the solver starts, and the CLI imports matplotlib later, while the solver runs.
 PLOT_TYPES = frozenset("avif eps gif jpeg jpg pdf pgf png ps raw rgba svg svgz tif tiff webp".split())

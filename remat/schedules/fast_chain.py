@@ -3,7 +3,7 @@ held in integer arrays, with no timeline and no messages.
 
 It follows :func:`remat.schedules.simulator.simulate_chain` (the reference, which also builds the
 timeline and words every error) step for step: the same state, the same checks, the float64 times
-added in the same order, so results are identical (tests/test_fast_chain.py checks both on random
+added in the same order, so results are identical (tests/solver/chain/test_fast_chain.py checks both on random
 valid and invalid schedules). :func:`simulate_chain` calls it for long op lists when no timeline is
 asked for; on any invalid op it reruns the reference to get the error message.
 

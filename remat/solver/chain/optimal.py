@@ -10,7 +10,7 @@ is claimed:
   persistent schedule is faster at the budget as seen in slots (exact with one-byte slots). A
   non-persistent schedule (one that drops a stored checkpoint before its backward and
   recomputes it) can be faster: over every integer budget of 120 random 3-6 stage chains
-  (1,305 chain-budget pairs with a schedule, ``python tests/test_exhaustive.py 60 1`` and ``60 2``)
+  (1,305 chain-budget pairs with a schedule, ``python tests/solver/chain/test_exhaustive.py 60 1`` and ``60 2``)
   the persistent optimum was slower in 15 pairs (11 chains), by 4.9% on average and 13.8% at
   most, and never infeasible where some schedule existed.
 * **right at both ends** (:func:`optimal_front`): tables at several scales (the store-all

@@ -6,7 +6,7 @@ chain: 399 schedules, 0.65 million ops). Built as Python tuples and encoded for 
 simulator, that took ~0.3 s of a 4-s ``remat pareto``; built here as arrays it takes
 milliseconds. Only the peaks of candidates come from these arrays: the schedule :func:`solve`
 returns is built by ``revolve_ops`` and checked by the simulator like every other
-(tests/test_revolve.py checks both builders give equal ops).
+(tests/solver/chain/test_revolve.py checks both builders give equal ops).
 
 Codes are :data:`remat.schedules.fast_chain.CODES` (0 ``F_ck``, 1 ``F_n``, 2 ``F_all``,
 3 ``B``).

@@ -108,7 +108,7 @@ def segment_costs(arrays: SegmentArrays, starts: Sequence[int]) -> tuple[int, fl
     its recorded forward (g = a_e, held then, except for the last segment, where g = 0) and at
     ``H_j - P[s] + max(a_i + a_{i+1} + P[i+1] + bo_i)`` in its backward, the maxima over i in
     [s, e). The time is store-all's plus one forward of every stage before the last segment.
-    tests/test_fast_baselines.py checks both against the simulator."""
+    tests/solver/chain/test_fast_baselines.py checks both against the simulator."""
     idx = np.asarray(starts, dtype=np.intp)
     act, prefix = arrays.act, arrays.prefix
     held = act[0] + np.concatenate([np.zeros(1, dtype=act.dtype), np.cumsum(act[idx[1:]])])

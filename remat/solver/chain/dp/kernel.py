@@ -5,7 +5,7 @@ Compiled on the first call on a machine (a few seconds) and loaded from numba's 
 afterwards (:mod:`remat.schedules.jit` falls back to an uncached compile where no cache can be
 written). Integers are int64; times float64, except the table values, which are float32 formed
 exactly as the numpy implementation this replaced formed them (benchmarks/optimal_numpy.py;
-tests/test_optimal_kernel.py checks that both fill identical tables). The caller scales every
+tests/solver/chain/test_optimal_kernel.py checks that both fill identical tables). The caller scales every
 time by one power of two first (exact), so float32 neither overflows nor underflows.
 """
 

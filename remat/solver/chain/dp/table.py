@@ -70,7 +70,7 @@ are relaxed in whole chunks of 16; the few past the band get true candidate valu
 improve them. Sums are formed in float32 in the
 same order as the numpy implementation this replaced (kept as a baseline in
 ``benchmarks/optimal_numpy.py``), ties go to option 1 and then to the smallest ``j``, and
-tests/test_optimal_kernel.py checks that both fill identical tables. After the fill only the
+tests/solver/chain/test_optimal_kernel.py checks that both fill identical tables. After the fill only the
 decisions are kept (what read-back needs), not the values.
 
 Exactness: before the fill every time is multiplied by one power of two (:func:`time_scale`), so

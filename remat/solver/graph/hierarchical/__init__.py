@@ -25,7 +25,7 @@ block's forward whole, as one chain stage, (b) record each block, or each run of
 :data:`MERGE` consecutive blocks taken as one, with one of its options, and (c) are persistent at
 that level (a kept block output is dropped only after the backward that uses it), the DP's
 schedule is the fastest up to its memory discretization (``slots`` levels of the budget, default
-:data:`SLOTS`); tests/test_hierarchical.py checks it against a brute force over exactly those
+:data:`SLOTS`); tests/solver/graph/test_hierarchical.py checks it against a brute force over exactly those
 schedules with one-byte slots. The block options are exhaustive over *what to keep* for blocks
 of at most ``EXHAUSTIVE_NODES + 1`` forward nodes and cover two fixed recomputation policies.
 A larger block's kept sets are a sample; for it, a bounded local search around the options the
