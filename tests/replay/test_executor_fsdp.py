@@ -57,6 +57,10 @@ def _worker(rank: int, world: int, init_file: str, results: str) -> None:
                 opt.step()
             saved[label].append([p.full_tensor() for p in params.parameters()])
         torch.save(saved, os.path.join(results, f"rank{rank}.pt"))
+        # both ranks done before either tears gloo down: a rank that destroys the group while the
+        # other still has a collective in flight aborts it ("terminate called without an active
+        # exception", seen once in a full run)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
