@@ -23,6 +23,7 @@ from remat.schedules.fields import (
     check_time,
     digest,
     optional_size,
+    records,
     reject_unknown_keys,
     require,
 )
@@ -267,18 +268,8 @@ class ChainProfile:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ChainProfile:
-        fmt = require(data, "format", "")
-        if fmt != CHAIN_FORMAT:
-            raise ProfileError(f"format: expected '{CHAIN_FORMAT}', got {fmt!r}")
-        raw_stages = require(data, "stages", "")
-        if not isinstance(raw_stages, list):
-            raise ProfileError("stages: must be a list of stages")
         stages = []
-        for index, raw in enumerate(raw_stages):
-            path = f"stages[{index}]"
-            if not isinstance(raw, Mapping):
-                raise ProfileError(f"{path}: must be a JSON object")
-            reject_unknown_keys(raw, Stage, path)
+        for index, path, raw in records(data, CHAIN_FORMAT, "stages", Stage):
             stages.append(
                 Stage(
                     name=raw.get("name", f"stage{index}"),

@@ -10,7 +10,7 @@ import difflib
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import fields
 from typing import Any
 
@@ -73,6 +73,24 @@ def reject_unknown_keys(raw: Mapping[str, Any], cls: type, path: str) -> None:
         close = difflib.get_close_matches(str(key), known, n=1)
         hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(known)}"
         raise ProfileError(f"{path}.{key}: unknown key ({hint})")
+
+
+def records(data: Mapping[str, Any], fmt: str, key: str, cls: type) -> Iterator[tuple[int, str, Mapping[str, Any]]]:
+    """(index, path, raw record) of every item of a profile's list ``key`` (``stages``, ``nodes``),
+    after the checks both profile formats make: ``data`` says it is ``fmt``, ``key`` is a list,
+    each item a JSON object with no key that ``cls`` does not have."""
+    found = require(data, "format", "")
+    if found != fmt:
+        raise ProfileError(f"format: expected '{fmt}', got {found!r}")
+    raw_items = require(data, key, "")
+    if not isinstance(raw_items, list):
+        raise ProfileError(f"{key}: must be a list of {key}")
+    for index, raw in enumerate(raw_items):
+        path = f"{key}[{index}]"
+        if not isinstance(raw, Mapping):
+            raise ProfileError(f"{path}: must be a JSON object")
+        reject_unknown_keys(raw, cls, path)
+        yield index, path, raw
 
 
 def check_metadata(value: Any, path: str) -> dict[str, Any]:

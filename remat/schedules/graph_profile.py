@@ -20,7 +20,7 @@ from remat.schedules.fields import (
     check_size,
     check_time,
     digest,
-    reject_unknown_keys,
+    records,
     require,
 )
 
@@ -166,18 +166,8 @@ class GraphProfile:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> GraphProfile:
-        fmt = require(data, "format", "")
-        if fmt != GRAPH_FORMAT:
-            raise ProfileError(f"format: expected '{GRAPH_FORMAT}', got {fmt!r}")
-        raw_nodes = require(data, "nodes", "")
-        if not isinstance(raw_nodes, list):
-            raise ProfileError("nodes: must be a list of nodes")
         nodes = []
-        for index, raw in enumerate(raw_nodes):
-            path = f"nodes[{index}]"
-            if not isinstance(raw, Mapping):
-                raise ProfileError(f"{path}: must be a JSON object")
-            reject_unknown_keys(raw, GraphNode, path)
+        for index, path, raw in records(data, GRAPH_FORMAT, "nodes", GraphNode):
             nodes.append(
                 GraphNode(
                     name=raw.get("name", f"node{index}"),
