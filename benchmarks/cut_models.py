@@ -47,8 +47,55 @@ def _tokens(vocab: int, mask: bool) -> dict[str, torch.Tensor]:
     return inputs
 
 
+def _padded_tokens(vocab: int) -> dict[str, torch.Tensor]:
+    """Token ids with right padding on the second row (a quarter of it), labels -100 there."""
+    inputs = _tokens(vocab, True)
+    inputs["attention_mask"][1, -SEQ // 4 :] = 0
+    inputs["labels"] = inputs["labels"].masked_fill(inputs["attention_mask"] == 0, -100)
+    return inputs
+
+
+def _decoder(layers: int, **more: object) -> dict:
+    """A small decoder-only config (Llama family): ``layers`` layers of width 128, 4 heads, 2 KV heads."""
+    return {"num_hidden_layers": layers, "hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "vocab_size": 8000, **more}  # fmt: skip
+
+
 def models(image: int) -> dict[str, tuple[str, dict, object, bool]]:
-    """name -> (spec, config, example inputs, image model with a cross-entropy loss)"""
+    """name -> (spec, config, example inputs, image model with a cross-entropy loss): the nine models
+    of issue 10, then the eleven of issue 22 (encoder-decoders, a mixture of experts with its router
+    loss, Gemma2, Phi3, ALBERT, padded Llama, windowed ViTs, ConvNeXt, EfficientNet)."""
+    return {**issue10_models(image), **issue22_models(image)}
+
+
+def issue22_models(image: int) -> dict[str, tuple[str, dict, object, bool]]:
+    x = torch.randn(2, 3, image, image, generator=torch.Generator().manual_seed(1))
+    seq2seq = {"d_model": 128, "vocab_size": 8000}
+    return {
+        "t5": ("transformers:t5", {**seq2seq, "d_ff": 256, "d_kv": 32, "num_layers": 4, "num_decoder_layers": 4,
+                                   "decoder_start_token_id": 0, "pad_token_id": 0,
+                                   "num_heads": 4}, _tokens(8000, True), False),
+        "bart": ("transformers:bart", {**seq2seq, "encoder_layers": 4, "decoder_layers": 4,
+                                       "encoder_attention_heads": 4, "decoder_attention_heads": 4,
+                                       "encoder_ffn_dim": 256, "decoder_ffn_dim": 256}, _tokens(8000, True), False),
+        "mixtral": ("transformers:mixtral", _decoder(4, num_local_experts=4, num_experts_per_tok=2,
+                                                     output_router_logits=True, router_aux_loss_coef=0.02),
+                    _tokens(8000, True), False),
+        "gemma2": ("transformers:gemma2", _decoder(4, head_dim=32, sliding_window=64), _tokens(8000, True), False),
+        "phi3": ("transformers:phi3", _decoder(4, pad_token_id=0), _tokens(8000, True), False),
+        "albert": ("transformers:albert", {"num_hidden_layers": 4, "hidden_size": 128, "intermediate_size": 256,
+                                           "num_attention_heads": 4, "embedding_size": 64, "vocab_size": 8000},
+                   _tokens(8000, True), False),
+        "llama-padded": ("transformers:llama", _decoder(8), _padded_tokens(8000), False),
+        "timm-swin": ("timm:swin_tiny_patch4_window7_224", {"img_size": image, "window_size": 4, "num_classes": 10},
+                      x, True),
+        "torchvision-swin_t": ("torchvision:swin_t", {"num_classes": 10}, x, True),
+        "timm-convnext": ("timm:convnext_tiny", {"num_classes": 10}, x, True),
+        "torchvision-efficientnet_b0": ("torchvision:efficientnet_b0", {"num_classes": 10}, x, True),
+    }  # fmt: skip
+
+
+def issue10_models(image: int) -> dict[str, tuple[str, dict, object, bool]]:
     x = torch.randn(2, 3, image, image, generator=torch.Generator().manual_seed(1))
     return {
         "gpt2": ("transformers:gpt2", {"n_layer": 12, "n_embd": 128, "n_head": 4}, _tokens(50257, False), False),

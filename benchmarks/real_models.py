@@ -1,13 +1,18 @@
 """remat on library models built from configs, next to plain PyTorch and HF / torch.utils.checkpoint.
 
-    python benchmarks/real_models.py [--only gpt2,resnet50] [--quick]
+    python benchmarks/real_models.py [--only gpt2,resnet50] [--quick] [--runs 3]
 
 One row per model (docs/models.md, "Measured on real models"): the stages the traced cut found;
 store-all's measured peak next to the plain model's step; predicted vs measured peak at half the
 store-all budget; fp32 gradients ``torch.equal`` to the plain model's; the bf16-autocast gradient
 difference to plain autocast, for remat and for per-block ``torch.utils.checkpoint``; and, at
 the memory that HF's ``gradient_checkpointing_enable()`` (Hugging Face models) or per-block
-``torch.utils.checkpoint`` (vision models) measured, remat's peak and step time next to it.
+``torch.utils.checkpoint`` (vision models) measured, remat's peak and step time next to it;
+remat's least memory (the schedule at the least budget the DP meets, measured) next to that
+baseline's; and the worst predicted-vs-allocator error over ``--runs`` fresh profiles on a quiet
+machine and as many beside two busy processes (each run profiles again, so the timings, and with
+them the schedules, differ from run to run; each run measures the schedules at half the store-all
+budget, at the least budget, at the baseline's peak and at store-all).
 
 Every peak is the CPU allocator's (:class:`remat.measure.allocator.AllocatorMeter`), in the
 simulator's accounting (docs/model.md): bytes allocated during the step plus the chain input a_0;
@@ -26,6 +31,8 @@ import json
 import math
 import re
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -54,7 +61,8 @@ Entry = tuple[str, dict, Any, bool]  # (spec, config, example inputs, image mode
 
 
 def full_models() -> dict[str, Entry]:
-    """The nine models of issue 10 at the sizes of benchmarks/cut_models.py (batch 2, 128 tokens, 64² images)."""
+    """The nine models of issue 10 and the eleven of issue 22 at the sizes of benchmarks/cut_models.py
+    (batch 2, 128 tokens, 64² images)."""
     return cut_models.models(IMAGE)
 
 
@@ -268,15 +276,59 @@ def equal_memory_cell(case: Case, store: remat.RematModel, a0: int, name: str, c
         ours = store.with_budget(minimum_budget(store.profile))
         cell["infeasible"] = one_line(error)
     step = case.remat_step(ours)
+    least = store.with_budget(minimum_budget(store.profile))
+    least_peak = step_peak(case, case.remat_step(least), a0)
     return {
         **cell,
         "budget": ours.schedule.budget,
         "remat_peak": step_peak(case, step, a0),
         "remat_ms": step_ms(case, step),
+        "least_budget": least.schedule.budget,
+        "least_peak": least_peak,
+        "least_at_most_baseline": least_peak <= peak,
     }
 
 
-def measure_model(name: str, entry: Entry) -> dict:
+@contextlib.contextmanager
+def busy_processes(count: int = 2) -> Iterator[None]:
+    """``count`` busy pure-Python loops beside the block, as ``../shared/tools/loaded`` runs them."""
+    loop = "import time\nt = time.time()\nwhile time.time() - t < 7200: sum(range(10000))"
+    children = [subprocess.Popen([sys.executable, "-c", loop]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+
+
+def run_errors(case: Case, baseline_peak: int | None) -> list[float]:
+    """One fresh profile (``remat.checkpoint`` again: new timings, maybe other schedules) and the
+    signed peak error (measured - predicted) / predicted of its schedules at half the store-all
+    budget, at the least budget, at the baseline's measured peak (when remat can meet it) and at
+    store-all (:meth:`remat.RematModel.report`, the allocator)."""
+    store = case.checkpoint()
+    high, low = store_all_peak(store.profile), minimum_budget(store.profile)
+    budgets = {high, low, max(high // 2, low)}
+    if baseline_peak is not None and low <= baseline_peak:
+        budgets.add(min(baseline_peak, high))
+    errors = []
+    for budget in sorted(budgets):
+        case.reset()
+        errors.append(store.with_budget(budget).report(steps=2, warmup=1).peak_error)
+    return errors
+
+
+def errors_cell(case: Case, baseline_peak: int | None, runs: int) -> dict:
+    """The worst signed peak errors over ``runs`` quiet runs and ``runs`` beside two busy processes."""
+    quiet = [e for _ in range(runs) for e in run_errors(case, baseline_peak)]
+    with busy_processes():
+        loaded = [e for _ in range(runs) for e in run_errors(case, baseline_peak)]
+    return {"runs": runs, "quiet": quiet, "loaded": loaded, "worst_quiet": max(quiet, key=abs),
+            "worst_loaded": max(loaded, key=abs)}  # fmt: skip
+
+
+def measure_model(name: str, entry: Entry, runs: int = 3) -> dict:
     """One row of the table (bytes, ms); a cell that fails holds ``{"failed": reason}``."""
     spec, config, inputs, image_model = entry
     row: dict[str, Any] = {"model": name, "spec": spec, "config": config}
@@ -300,6 +352,8 @@ def measure_model(name: str, entry: Entry) -> dict:
     )
     row["bf16"] = attempt(lambda: bf16_cell(case, half, checkpointed))
     row["equal_memory"] = attempt(lambda: equal_memory_cell(case, store, a0, label, checkpointed))
+    baseline_peak = row["equal_memory"].get("baseline_peak")
+    row["errors"] = attempt(lambda: errors_cell(case, baseline_peak, runs)) if runs else None
     return row
 
 
@@ -332,13 +386,14 @@ def markdown(rows: list[dict]) -> str:
     lines = [
         "| model | stages | store-all vs plain step (MiB) | predicted vs measured below store-all (MiB, budget) "
         "| fp32 grads equal | bf16 max-abs grad diff: remat / checkpoint "
-        "| at the baseline's measured peak: baseline; remat |",
-        "|---|---|---|---|---|---|---|",
+        "| at the baseline's measured peak: baseline; remat "
+        "| least memory: remat vs baseline (MiB) | worst peak error, quiet / loaded |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if "failed" in r:
             reason = r["failed"].replace("|", "/")
-            lines.append(f"| {r['model']} | failed: {reason} |" + " |" * 5)
+            lines.append(f"| {r['model']} | failed: {reason} |" + " |" * 7)
             continue
         store = _cell(r.get("store_all"), lambda c: f"{_mib(c['measured_peak'])} vs {_mib(c['plain_peak'])} "
                       f"({_pct(c['error'])})")  # fmt: skip
@@ -348,7 +403,12 @@ def markdown(rows: list[dict]) -> str:
         bf16 = _cell(r.get("bf16"), lambda c: f"{c['remat']:.2g} / {c['checkpoint']:.2g} "
                      f"({'within' if c['within'] else '**above**'})")  # fmt: skip
         memory = _cell(r.get("equal_memory"), _equal_memory)
-        lines.append(f"| {r['model']} | {r['stages']} | {store} | {half} | {exact} | {bf16} | {memory} |")
+        least = _cell(r.get("equal_memory"), lambda c: f"{_mib(c['least_peak'])} vs {_mib(c['baseline_peak'])}"
+                      + ("" if c["least_at_most_baseline"] else " (**above**)"))  # fmt: skip
+        errors = _cell(r.get("errors"), lambda c: f"{_pct(c['worst_quiet'])} / {_pct(c['worst_loaded'])} "
+                       f"({c['runs']}+{c['runs']} runs)")  # fmt: skip
+        lines.append(f"| {r['model']} | {r['stages']} | {store} | {half} | {exact} | {bf16} | {memory} "
+                     f"| {least} | {errors} |")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -373,12 +433,12 @@ def write_doc(table: str, note: str, doc: Path = DOC) -> None:
     doc.write_text(f"{before}{BEGIN}\n{note}\n\n{table}\n{END}{after}")
 
 
-def run(models: dict[str, Entry], progress: bool = False) -> list[dict]:
+def run(models: dict[str, Entry], progress: bool = False, runs: int = 3) -> list[dict]:
     """The rows for ``models`` (see :func:`measure_model`)."""
     rows = []
     for name, entry in models.items():
         begin = time.perf_counter()
-        rows.append({**measure_model(name, entry), "seconds": round(time.perf_counter() - begin, 1)})
+        rows.append({**measure_model(name, entry, runs), "seconds": round(time.perf_counter() - begin, 1)})
         if progress:
             print(f"{name}: {rows[-1]['seconds']} s", flush=True)
     return rows
@@ -400,7 +460,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="comma-separated model names, e.g. gpt2,resnet50 (torchvision's and timm's)")
     parser.add_argument("--quick", action="store_true", help="three tiny models (about a minute)")
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=3,
+        help="fresh profiles per model for the error column, "
+        "quiet and as many beside two busy processes (default 3; 0 leaves the column out)",
+    )
     args = parser.parse_args()
+    if args.runs < 0:
+        parser.error("--runs: must be 0 or more")
     torch.set_num_threads(1)
     models = quick_models() if args.quick else full_models()
     if args.only:
@@ -408,7 +477,7 @@ def main() -> None:
             models = select(models, args.only.split(","))
         except KeyError as error:
             parser.error(f"--only: unknown model {error}; known: {', '.join(models)}")
-    rows = run(models, progress=True)
+    rows = run(models, progress=True, runs=args.runs)
     sizes = f"batch 2, {cut_models.SEQ} tokens, {IMAGE}x{IMAGE} images"
     sizes = "batch 2, 8 tokens, 32x32 images" if args.quick else sizes
     table, note = markdown(rows), header(models, sizes)

@@ -3,8 +3,9 @@
 ``library:name`` specs (used by ``remat profile --model`` and the tests):
 
 * ``transformers:<model_type>`` (``gpt2``, ``llama``, ``bert``, ...): ``AutoConfig.for_model`` with
-  the given config fields, then the masked-LM head for encoders that have one (BERT), else the
-  causal-LM head if the architecture has one, else the bare model. ``use_cache`` is off
+  the given config fields, then the masked-LM head for encoders that have one (BERT), the
+  sequence-to-sequence LM head for encoder-decoders (T5), else the causal-LM head if the
+  architecture has one, else the bare model. ``use_cache`` is off
   (training does not use a KV cache).
 * ``torchvision:<name>``: ``torchvision.models.get_model(name, weights=None, **config)``.
 * ``timm:<name>``: ``timm.create_model(name, pretrained=False, **config)``.
@@ -78,9 +79,15 @@ def _transformers_model(module: Any, name: str, config: dict[str, Any]) -> nn.Mo
         cfg = module.AutoConfig.for_model(name, **{"use_cache": False, **config})
     except (ValueError, KeyError) as error:
         raise RematError(f"--model: transformers has no model type '{name}' ({error})") from None
-    # encoders (BERT) train as masked LMs; the rest with their causal-LM head when they have one
-    masked = name in module.models.auto.modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES
-    order = ("AutoModelForMaskedLM", "AutoModel") if masked else ("AutoModelForCausalLM", "AutoModel")
+    # encoders (BERT) train as masked LMs, encoder-decoders (T5) as sequence-to-sequence LMs, the
+    # rest with their causal-LM head when they have one; the bare model otherwise
+    mappings = module.models.auto.modeling_auto
+    if name in mappings.MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        order = ("AutoModelForMaskedLM", "AutoModel")
+    elif name in mappings.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
+        order = ("AutoModelForSeq2SeqLM", "AutoModel")
+    else:
+        order = ("AutoModelForCausalLM", "AutoModel")
     for auto in order:
         try:
             return getattr(module, auto).from_config(cfg)

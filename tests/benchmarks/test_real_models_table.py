@@ -28,7 +28,7 @@ import real_models  # noqa: E402  (benchmarks/real_models.py)
 def rows() -> dict[str, dict]:
     quick = real_models.quick_models()
     chosen = {name: quick[name] for name in ("gpt2", "torchvision-resnet18")}
-    return {row["model"]: row for row in real_models.run(chosen)}
+    return {row["model"]: row for row in real_models.run(chosen, runs=1)}
 
 
 @pytest.mark.parametrize("name", ["gpt2", "torchvision-resnet18"])
@@ -50,6 +50,13 @@ def test_every_cell_of_a_row_is_computed(rows, name):
     assert "failed" not in memory, memory
     assert memory["budget"] == memory["baseline_peak"]  # remat solved for the baseline's measured peak
     assert memory["remat_ms"] > 0 and memory["baseline_ms"] > 0 and memory["remat_peak"] > 0
+    # remat's least: the schedule at the least budget the DP meets, measured by the same meter
+    assert 0 < memory["least_budget"] <= memory["budget"] and memory["least_peak"] > 0
+    assert memory["least_at_most_baseline"] == (memory["least_peak"] <= memory["baseline_peak"])
+    errors = row["errors"]  # one fresh profile quiet, one beside two busy processes, >= 2 budgets each
+    assert errors["runs"] == 1 and len(errors["quiet"]) >= 2 and len(errors["loaded"]) >= 2
+    assert all(math.isfinite(e) for e in errors["quiet"] + errors["loaded"])
+    assert errors["worst_quiet"] == max(errors["quiet"], key=abs)
 
 
 def test_the_baselines_are_hf_checkpointing_and_per_block_checkpoint(rows):
