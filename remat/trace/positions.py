@@ -107,14 +107,28 @@ def _classify(gm: fx.GraphModule, sources: dict[fx.Node, Source], chain_input: f
     return stage
 
 
+def _aliases(node: fx.Node) -> list[fx.Node]:
+    """``node`` and every view of it, views of views included (they share its storage)."""
+    found, todo = [node], [node]
+    while todo:
+        for user in todo.pop().users:
+            if is_view(user) and user not in found:
+                found.append(user)
+                todo.append(user)
+    return found
+
+
 def _cuttable(node: fx.Node, k: int, position: dict[fx.Node, int]) -> bool:
-    """A stage may end on ``node`` after position ``k``: a float tensor, not a view, and not
-    changed in place later (the next stage would change its own input, a leaf that requires grad)."""
+    """A stage may end on ``node`` after position ``k``: a float tensor, not a view, and neither it
+    nor a view of it changed in place later (the next stage would change its own input, a leaf that
+    requires grad: EfficientNet's ``Dropout(inplace=True)`` on the flattened pooled features)."""
     value = example_value(node)
     if not isinstance(value, torch.Tensor) or not value.is_floating_point() or is_view(node):
         return False
     return not any(
-        mutates(user) and user.args and user.args[0] is node and position.get(user, -1) > k for user in node.users
+        mutates(user) and user.args and user.args[0] is alias and position.get(user, -1) > k
+        for alias in _aliases(node)
+        for user in alias.users
     )
 
 

@@ -17,11 +17,13 @@ import torch.fx as fx
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from remat.model_errors import where_in_model
 from remat.schedules import RematError
 from remat.trace.capture import TrainingStep
 from remat.trace.chain import Chain
 from remat.trace.cut import cut_step
 from remat.trace.fuse import fuse_unsaved_handoffs
+from remat.trace.nodes import mutates, node_name
 from remat.trace.stages import CutChain
 
 
@@ -257,10 +259,19 @@ def prove_cut(step: TrainingStep, chain: CutChain, args: tuple, kwargs: dict, ta
         saved.reset()
         try:
             got = one_step(step, lambda: chain.run(*args, target=target, **kwargs))
-        except RuntimeError as error:
-            first = (str(error).strip().splitlines() or ["?"])[0]
-            raise RematError(f"model: the cut {type(step.model).__name__} fails to run ({first}); refused") from None
+        except RematError:
+            raise
+        except Exception as error:  # noqa: BLE001 - the user's model failed inside a stage: one line
+            raise _stage_failure(step, error) from None
         what = _first_difference(step, ref, got)
+        if what is None:
+            saved.reset()
+            try:
+                _check_stage_reruns(chain, args, kwargs, target)
+            except RematError:
+                raise
+            except Exception as error:  # noqa: BLE001 - the user's model failed inside a stage: one line
+                raise _stage_failure(step, error) from None
         if what is not None:
             where = _locate_cut(step, chain, saved, args, kwargs, target)
             raise RematError(
@@ -269,6 +280,58 @@ def prove_cut(step: TrainingStep, chain: CutChain, args: tuple, kwargs: dict, ta
             )
     finally:
         saved.restore()
+
+
+def _stage_failure(step: TrainingStep, error: BaseException) -> RematError:
+    """One line for ``error``, raised while a stage of the cut ran: where in the model, and why."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    where = where_in_model(error)
+    return RematError(
+        f"model: the cut {type(step.model).__name__} fails to run" + (f" ({where})" if where else "")
+        + f": {type(error).__name__}: {lines[0] if lines else '(no message)'}; refused"
+    )  # fmt: skip
+
+
+def _mutation_of(stage: nn.Module, placeholder: str) -> str:
+    """The in-place op of ``stage``'s body that changes its placeholder ``placeholder``, or '?'."""
+    body = getattr(stage, "body", None)
+    nodes = list(body.graph.nodes) if isinstance(body, fx.GraphModule) else []
+    target = next((n for n in nodes if n.op == "placeholder" and n.name == placeholder), None)
+    found = [n for n in nodes if mutates(n) and n.args and n.args[0] is target]
+    return f"{node_name(found[0])} ({found[0].name})" if found else "an in-place op"
+
+
+def _check_stage_reruns(chain: CutChain, args: tuple, kwargs: dict, target: Any) -> None:
+    """Every stage, run twice under ``no_grad`` (a checkpoint or non-recording forward, docs/model.md)
+    from the same input, side values and RNG state: its output has no ``grad_fn`` (NOTE [Grad mode
+    inside a stage]), both runs give equal outputs (its buffers restored in between, as the replay
+    restores them, remat.runtime.core), and neither its input nor a side value changed.
+    A stage that fails one of these cannot be recomputed; it is refused in one line naming it."""
+    with torch.no_grad():
+        a = chain.bind(*args, target=target, **kwargs)
+        values = chain.context.values
+        sides = {k: v.clone() for k, v in values.items() if isinstance(v, torch.Tensor) and v is not a}
+        for name, stage in zip(chain.names, chain.stages, strict=True):
+            x, before, rng = a.detach(), a.detach().clone(), torch.get_rng_state()
+            buffers = [(b, b.clone()) for b in stage.buffers()]  # the replay restores them for a recompute
+            first = stage(x)
+            if isinstance(first, torch.Tensor) and first.grad_fn is not None:
+                raise RematError(f"model: stage '{name}' records a graph under no_grad ({first.grad_fn.name()}); "
+                                 "it cannot be recomputed; refused")  # fmt: skip
+            changed = [k for k, v in sides.items() if not torch.equal(values[k], v)]
+            if changed or not torch.equal(x, before):
+                what = f"side value '{changed[0]}'" if changed else "its input"
+                op = _mutation_of(stage, f"side_{changed[0]}" if changed else "x")
+                raise RematError(f"model: stage '{name}' changes {what} in place ({op}), so it cannot run "
+                                 "twice (a recompute would see other values); refused")  # fmt: skip
+            torch.set_rng_state(rng)
+            for buffer, value in buffers:
+                buffer.copy_(value)
+            again = stage(x)
+            if not torch.equal(first, again):
+                raise RematError(f"model: stage '{name}' gives another output when run again from the same "
+                                 "input, side values and RNG state; it cannot be recomputed; refused")  # fmt: skip
+            a = first
 
 
 def cut_model(
@@ -281,7 +344,13 @@ def cut_model(
         with torch.no_grad():
             step(args, kwargs, target)  # eager first: bad inputs and outputs fail here, in plain terms
         saved.reset()
-        chain = fuse_unsaved_handoffs(cut_step(step, args, kwargs, target), args, kwargs, target)
+        chain = cut_step(step, args, kwargs, target)
+        try:
+            chain = fuse_unsaved_handoffs(chain, args, kwargs, target)
+        except RematError:
+            raise
+        except Exception as error:  # noqa: BLE001 - the user's model failed inside a stage: one line
+            raise _stage_failure(step, error) from None
     finally:
         saved.restore()
     prove_cut(step, chain, args, kwargs, target)

@@ -17,8 +17,10 @@ from torch.utils import _pytree as pytree
 
 from remat.schedules import RematError
 from remat.trace.chain import Chain
+from remat.trace.grad_mode import within_entry_grad_mode
 from remat.trace.nodes import is_context
 from remat.trace.positions import Plan
+from remat.trace.repeatable import copy_mutated_sides
 
 
 class _Context:
@@ -126,15 +128,17 @@ class CutChain(Chain):
             first = plan_.chain_input if k == 0 else plan_.handoffs[k - 1]
             out = plan_.handoffs[k]
             body, sides = _subgraph(plan_, nodes, first, out, side_kinds=("input",))
+            # a stage runs in the mode the replay sets (NOTE [Grad mode inside a stage]) and never
+            # changes a side value it reads (remat.trace.repeatable)
+            body = within_entry_grad_mode(copy_mutated_sides(body))
             stages.append((plan_.names[k], CutStage(body, sides, self.context)))
         super().__init__(stages)
         side_names = {s for _, st in stages for s in st.sides}
         wanted = [n for n in plan_.prelude if n.name in side_names]
         context_nodes = [n for n in plan_.gm.graph.nodes if is_context(n)]
         prelude_nodes = [n for n in plan_.gm.graph.nodes if n in set(plan_.prelude) or n in set(context_nodes)]
-        self._prelude, self._prelude_inputs = _subgraph(
-            plan_, prelude_nodes, None, tuple(wanted), side_kinds=("input",)
-        )
+        prelude, self._prelude_inputs = _subgraph(plan_, prelude_nodes, None, tuple(wanted), side_kinds=("input",))
+        self._prelude = within_entry_grad_mode(prelude)  # the caller's grad mode after bind, too
         self._prelude_outputs = [n.name for n in wanted]
         self._input_of = {n.name: s.index for n, s in plan_.sources.items() if s.kind == "input"}
         self._check = check
