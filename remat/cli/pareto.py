@@ -88,7 +88,11 @@ def _check_options(args: argparse.Namespace, kind: str, strategies: list[str]) -
     )
     limited = [name for name in strategies if name in TIME_LIMITED]
     refuse_unless_applies(
-        kind == "graph" and args.time_limit is not None and not limited,
+        # an unknown name is graph_front's to refuse, with the list of known ones
+        kind == "graph"
+        and args.time_limit is not None
+        and not limited
+        and set(strategies) <= set(strategy_names(kind)),
         "--time-limit",
         f"to {', '.join(strategies)} (only {' and '.join(TIME_LIMITED)} have a time limit)",
     )

@@ -100,6 +100,6 @@ def parse_size(text: str | int, reference: int | None = None) -> int:
     limit = max(MAX_SIZE, reference or 0) if percent else MAX_SIZE
     if value > limit:
         if percent and reference and reference > MAX_SIZE:
-            raise RematError(f"size '{raw}': too large (over 2**100 bytes and over 100% of its reference, {reference} bytes)")
+            raise RematError(f"size '{raw}': too large (over 2**100 bytes and over 100% of {reference} bytes)")
         raise RematError(f"size '{raw}': too large (more than 2**100 bytes)")
     return int(value)  # Fraction -> int truncates toward zero: rounds down for these non-negative values
