@@ -6,6 +6,29 @@ import math
 import os
 
 from remat.schedules import RematError, Schedule, SimulationResult, format_size
+from remat.schedules.files import atomic_file
+
+# The image type of a file name without an extension (the CLI's documented default).
+DEFAULT_IMAGE_TYPE = "png"
+
+
+def save_figure(fig, path: str | os.PathLike[str], **options) -> None:
+    """Save ``fig`` into ``path`` exactly (no extension is added), atomically
+    (remat.schedules.files: the old file survives any failure). The type is the name's extension
+    (``.pdf``, ``.svg``, ...), PNG when it has none; errors are one :class:`RematError` line."""
+    suffix = os.path.splitext(os.fspath(path))[1].lower().lstrip(".")
+    image_type = suffix or DEFAULT_IMAGE_TYPE
+    supported = fig.canvas.get_supported_filetypes()
+    if image_type not in supported:
+        raise RematError(
+            f"{path}: cannot draw: unsupported image type '.{image_type}' "
+            f"(use one of {', '.join('.' + s for s in sorted(supported))}, or no extension for PNG)"
+        )
+    try:
+        with atomic_file(path, "wb") as handle:
+            fig.savefig(handle, format=image_type, **options)
+    except ValueError as error:  # matplotlib's own refusals (e.g. an image too large to draw)
+        raise RematError(f"{path}: cannot write the plot ({error})") from None
 
 
 def preload() -> None:
@@ -38,8 +61,10 @@ def plot_timeline(profile, schedule: Schedule, result: SimulationResult, path: s
     ax.legend(loc="best", fontsize=8, framealpha=0.8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        save_figure(fig, path)
+    finally:
+        plt.close(fig)
 
 
 def comparison_figure(report):
@@ -93,9 +118,7 @@ def plot_front(
 
     fig = front_figure(title, by_strategy, store_all_ms, marks)
     try:
-        fig.savefig(path)
-    except (OSError, ValueError) as error:
-        raise RematError(f"{path}: cannot write the plot ({error})") from None
+        save_figure(fig, path)
     finally:
         plt.close(fig)
 

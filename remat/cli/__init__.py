@@ -3,9 +3,104 @@
 One module per command (solve, simulate, pareto, strategies, profile, execute, plan), each with
 its ``add_parser`` next to its ``run``; remat.cli.main builds the parser and turns errors into one
 line.
+
+This file imports nothing heavy: the console script (``remat = "remat.cli:main"``) imports it
+first, and Ctrl-C during the imports of the commands (solvers, tqdm, jsonschema: ~0.5 s) must
+exit 130 with one line too, which only a ``main`` that does those imports itself can promise.
 """
 
-from remat.cli.budget import reference_peak
-from remat.cli.main import build_parser, main
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Sequence
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+EXIT_TERMINATED = 143  # 128 + SIGTERM
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``remat`` command (remat.cli.main.main); returns the exit status. With ``argv`` None
+    (the console script, ``python -m remat``) it also owns the process's signals: Ctrl-C at any
+    moment, start-up imports included, and SIGTERM end in one line (exit 130, 143)."""
+    console = argv is None
+    if console:
+        _terminate_as_exception()
+    try:
+        from remat.cli.main import main as run
+
+        return run(argv)
+    except KeyboardInterrupt:
+        return _stopped("interrupted", EXIT_INTERRUPTED, console)
+    except _Terminated:
+        return _stopped("terminated", EXIT_TERMINATED, console)
+    finally:
+        if console:  # a second Ctrl-C while Python shuts down would print a traceback
+            _ignore_interrupts()
+
+
+class _Terminated(BaseException):
+    """SIGTERM in the remat process: unwinds like Ctrl-C, so that temporary files are removed."""
+
+
+def _terminate_as_exception() -> None:
+    import os
+    import signal
+
+    owner = os.getpid()
+
+    def handler(number, frame) -> None:  # noqa: ANN001 - signal API
+        if os.getpid() != owner:  # a forked solver process: die as SIGTERM asks, at once
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        raise _Terminated
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _ignore_interrupts() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _stopped(what: str, code: int, console: bool) -> int:
+    if console:
+        _ignore_interrupts()
+    try:
+        print(f"remat: {what}", file=sys.stderr)
+    except (OSError, ValueError):  # stderr closed or a broken pipe: the exit status says it
+        pass
+    return code
+
+
+class _Package(types.ModuleType):
+    """``remat.cli`` itself. Importing the submodule ``remat.cli.main`` binds it as the package's
+    attribute ``main`` (importlib does, after the submodule runs); this keeps ``remat.cli.main``
+    the function above, the name every caller and the console script use. The submodule stays
+    reachable as ``sys.modules["remat.cli.main"]`` and through ``from remat.cli.main import ...``."""
+
+    def __setattr__(self, name: str, value) -> None:  # noqa: ANN001 - ModuleType API
+        if name == "main" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __getattr__(name: str):  # the package's other names, imported when first used
+    if name == "build_parser":
+        from remat.cli.main import build_parser
+
+        return build_parser
+    if name == "reference_peak":
+        from remat.cli.budget import reference_peak
+
+        return reference_peak
+    raise AttributeError(f"module 'remat.cli' has no attribute {name!r}")
+
 
 __all__ = ["build_parser", "main", "reference_peak"]

@@ -10,8 +10,11 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+from remat.schedules import RematError
+from remat.schedules.files import check_distinct
 
 # The longest --time-limit accepted (seconds): a million seconds is 11.6 days. Larger values
 # (1e300, inf) are almost surely typos, and the solvers' int(milliseconds) would overflow.
@@ -36,6 +39,37 @@ def integer_at_least(low: int) -> Callable[[str], int]:
     return parse
 
 
+def cpu_count() -> int:
+    """CPUs this process may run on (the affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def integer_between(low: int, high: Callable[[], int], what: str) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``low`` and <= ``high()`` (a bound read when the option is
+    parsed, e.g. the CPU count); ``what`` says what the bound is, for the message."""
+    at_least = integer_at_least(low)
+
+    def parse(text: str) -> int:
+        value = at_least(text)
+        limit = high()
+        if value > limit:
+            raise argparse.ArgumentTypeError(f"must be at most {limit} ({what}), got {value}")
+        return value
+
+    parse.__name__ = f"integer in [{low}, {what}]"
+    return parse
+
+
+# The most solver threads or processes an option may ask for: past this, more only costs memory
+# (torch segfaulted creating 100000 threads); a bound read when the option is parsed.
+def max_solver_workers() -> int:
+    """CP-SAT search workers allowed: 4 x this machine's CPUs, at least 64."""
+    return max(64, 4 * cpu_count())
+
+
 def seconds(text: str) -> float:
     """An argparse type: a time limit in seconds, finite, > 0 and at most :data:`MAX_SECONDS`."""
     try:
@@ -54,9 +88,17 @@ def seconds(text: str) -> float:
 
 
 def _writable_parent(text: str) -> Path:
+    """``text`` as the path of a file to create or replace, or a one-line reason why it cannot be:
+    the name is written exactly as given, so a name that denotes a folder (``out/``, ``.``), a
+    missing folder or a name too long for the file system is refused here, before any work."""
     path = Path(text)
     if not text.strip():
         raise argparse.ArgumentTypeError("expected a file name, got an empty string")
+    if "\0" in text:
+        raise argparse.ArgumentTypeError("a file name cannot hold a NUL character")
+    if text.endswith(("/", os.sep)) or path.name in ("", ".", ".."):
+        raise argparse.ArgumentTypeError(f"'{text}' names a directory (it ends in '/'); give a file name")
+    _check_lengths(text, path)  # before any stat: a name too long makes stat raise, not answer
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"'{text}' is a directory; give a file name")
     parent = path.parent
@@ -67,6 +109,30 @@ def _writable_parent(text: str) -> Path:
     if path.exists() and not os.access(path, os.W_OK):
         raise argparse.ArgumentTypeError(f"cannot write '{text}': the file exists and is not writable")
     return path
+
+
+def _check_lengths(text: str, path: Path) -> None:
+    """Refuse a path whose parts or whole exceed the file system's limits (255 and 4096 bytes on
+    Linux), which would otherwise surface as ``OSError: File name too long`` at the write."""
+    shown = f"{text[:40]}..." if len(text) > 40 else text
+    for part in path.parts:
+        name_max = _path_limit(path.parent if part == path.name else Path("."), "PC_NAME_MAX", 255)
+        if len(os.fsencode(part)) > name_max:
+            raise argparse.ArgumentTypeError(
+                f"cannot write '{shown}': a name in it is {len(os.fsencode(part))} bytes long; "
+                f"the file system allows at most {name_max}"
+            )
+    path_max = _path_limit(Path("."), "PC_PATH_MAX", 4096)
+    if len(os.fsencode(os.path.abspath(text))) >= path_max:
+        raise argparse.ArgumentTypeError(f"cannot write '{shown}': the path is longer than {path_max} bytes")
+
+
+def _path_limit(folder: Path, name: str, default: int) -> int:
+    """The file system's limit ``name`` (``PC_NAME_MAX``: bytes in one name) for ``folder``."""
+    try:
+        return os.pathconf(folder, name) if folder.is_dir() else default
+    except (OSError, ValueError):
+        return default
 
 
 def output_file(text: str) -> str:
@@ -83,16 +149,34 @@ PLOT_TYPES = frozenset("avif eps gif jpeg jpg pdf pgf png ps raw rgba svg svgz t
 
 def plot_file(text: str) -> str:
     """An argparse type: like :func:`output_file`, with an image extension matplotlib can write
-    (``.png``, ``.pdf``, ``.svg``, ...; no extension means PNG)."""
+    (``.png``, ``.pdf``, ``.svg``, ...). A name without one is written as given, in PNG (the
+    documented default; remat.plots.save_figure): ``-o front`` writes ``front``, not ``front.png``."""
     path = _writable_parent(text)
     suffix = path.suffix.lower().lstrip(".")
     if suffix:
         if suffix not in PLOT_TYPES:
             raise argparse.ArgumentTypeError(
                 f"cannot draw '{text}': unsupported image type '.{suffix}' (use one of "
-                f"{', '.join('.' + s for s in sorted(PLOT_TYPES))})"
+                f"{', '.join('.' + s for s in sorted(PLOT_TYPES))}, or no extension for PNG)"
             )
     return text
+
+
+def check_paths(args: argparse.Namespace, inputs: Mapping[str, str], outputs: Mapping[str, str]) -> None:
+    """Refuse, before any work, an output that is an input or another output (the same file after
+    resolving links, hard links included: remat.schedules.files.check_distinct). ``inputs`` and
+    ``outputs`` map the label to show (``PROFILE``, ``-o``, ``--csv``) to the ``args`` attribute."""
+    check_distinct(
+        {label: getattr(args, name, None) for label, name in inputs.items()},
+        {label: getattr(args, name, None) for label, name in outputs.items()},
+    )
+
+
+def refuse_unless_applies(given: bool, option: str, why: str) -> None:
+    """One line for an option given where it does not apply (an option is never silently ignored):
+    ``--workers: does not apply to a chain profile (graphs: solver processes)``."""
+    if given:
+        raise RematError(f"{option}: does not apply {why}")
 
 
 def value_options(parser: argparse.ArgumentParser) -> tuple[set[str], set[str]]:

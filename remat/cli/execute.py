@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from remat.cli.args import integer_at_least, output_file, plot_file
-from remat.cli.options import add_model_options, compiled_if, with_threads
+from remat.cli.args import check_paths, integer_at_least, output_file, plot_file
+from remat.cli.options import add_model_options, build_model, compiled_if, with_threads
+from remat.plots import comparison_figure, save_figure
 from remat.schedules import ChainProfile, GraphProfile, RematError, load_profile, load_schedule, write_json
 
 DEFAULT_STEPS = 3
@@ -19,16 +20,17 @@ DEFAULT_STEPS = 3
 
 def run(args: argparse.Namespace) -> int:
     """``remat execute`` for a chain schedule (a graph schedule goes to :func:`_execute_graph`)."""
-    from remat.models.loading import build, chain_for, model_options, parse_dtype, parse_shape, resolve_device
+    from remat.models.loading import chain_for, resolve_device
     from remat.profile.chain import profile_chain
     from remat.replay.chain import RematChain, check_ops_for_chain
     from remat.replay.report import compare
 
+    check_paths(args, {"--schedule": "schedule", "--profile": "profile"}, {"--json": "json", "--plot": "plot"})
     schedule = load_schedule(args.schedule)
     if schedule.kind != "chain":
         return _execute_graph(args, schedule)
     device = resolve_device(args.device)
-    model, x = build(args.model, parse_shape(args.input_shape), device, parse_dtype(args.dtype), **model_options(args))
+    model, x = build_model(args, device)
     chain = chain_for(model, x)
     if args.profile:
         profile = load_profile(args.profile)
@@ -51,13 +53,13 @@ def run(args: argparse.Namespace) -> int:
 def _execute_graph(args: argparse.Namespace, schedule) -> int:
     """``remat execute`` for a graph schedule: the graph replay (remat.replay.graph)."""
     from remat.graph.profile import profile_graph
-    from remat.models.loading import build, model_options, parse_dtype, parse_shape, resolve_device
+    from remat.models.loading import resolve_device
     from remat.replay.graph import GraphReplay, compare_graph
 
     if args.compile:
         raise RematError("--compile: compiles a chain's stages; a graph schedule replays eager ops")
     device = resolve_device(args.device)
-    model, x = build(args.model, parse_shape(args.input_shape), device, parse_dtype(args.dtype), **model_options(args))
+    model, x = build_model(args, device)
     if args.profile:
         profile = load_profile(args.profile)
         if not isinstance(profile, GraphProfile):
@@ -103,16 +105,26 @@ def _note_threads(profile) -> None:
 
 
 def _print_report(report, args: argparse.Namespace) -> int:
-    from remat.replay.report import plot_comparison  # imports torch (see the module docstring)
 
     print(report.table())
     if args.json:
         write_json(report.to_dict(), args.json)
         print(f"wrote {args.json}")
     if args.plot:
-        plot_comparison(report, args.plot)
+        _plot(report, args.plot)
         print(f"wrote {args.plot}")
     return 0
+
+
+def _plot(report, path: str) -> None:
+    """Predicted and measured memory per op (remat.plots.comparison_figure), saved atomically."""
+    import matplotlib.pyplot as plt
+
+    figure = comparison_figure(report)
+    try:
+        save_figure(figure, path)
+    finally:
+        plt.close(figure)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -22,6 +22,7 @@ from remat.schedules import RematError
 EXIT_USER_ERROR = 2
 EXIT_INTERNAL_ERROR = 1
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader left
 
 COMMANDS = (solve, simulate, pareto, strategies, profile, execute, plan)
 
@@ -53,7 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``remat`` command; returns the exit status (0 ok, 2 bad input, 1 internal error)."""
+    """Run the ``remat`` command; returns the exit status (0 ok, 2 bad input, 1 internal error,
+    130 Ctrl-C, 141 stdout's reader went away). The console script calls it through
+    remat.cli.main, which also catches Ctrl-C during these imports."""
     parser = build_parser()
     args = None
     try:
@@ -62,7 +65,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             print("remat: error: no command given (see 'remat --help')", file=sys.stderr)
             return EXIT_USER_ERROR
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()  # a closed pipe (``| head``) shows here, where it can be handled
+        return status
+    except BrokenPipeError:
+        return _broken_pipe()
     except RematError as error:
         print(f"remat: error: {_one_line(str(error))}", file=sys.stderr)
         return EXIT_USER_ERROR
@@ -71,6 +78,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("remat: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except RecursionError:  # deep input (nested metadata) is the one thing that makes remat recurse this far
+        print("remat: error: input nested too deep (lists or objects inside each other)", file=sys.stderr)
+        return EXIT_USER_ERROR
     except MemoryError:
         print("remat: error: out of memory (try a smaller --slots, model or input)", file=sys.stderr)
         return EXIT_USER_ERROR
@@ -78,6 +88,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("REMAT_DEBUG"):
             raise
         return _unexpected(error, args)
+
+
+def _broken_pipe() -> int:
+    """The reader of stdout went away (``remat strategies | head -1``): stop quietly, as ``yes | head``
+    does. stdout is pointed at /dev/null so that Python's own flush at exit finds no pipe to fail on
+    (the recipe of the Python docs, "Note on SIGPIPE")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real file behind sys.stdout (a test's StringIO)
+        pass
+    return EXIT_BROKEN_PIPE
 
 
 def _unexpected(error: Exception, args: argparse.Namespace | None) -> int:

@@ -11,10 +11,12 @@ model: ``import remat.cli`` (and ``remat solve``) stay free of its ~1 s import.
 from __future__ import annotations
 
 import argparse
+import math
+import os
 from collections.abc import Callable
 
-from remat.cli.args import integer_at_least
-from remat.schedules import RematError
+from remat.cli.args import cpu_count, integer_between
+from remat.schedules import RematError, format_size
 
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 DEFAULT_DTYPE = "float32"
@@ -42,12 +44,51 @@ def add_model_options(command: argparse.ArgumentParser) -> None:
     add_device_and_dtype(command)
     command.add_argument(
         "--threads",
-        type=integer_at_least(1),
-        help="CPU threads for torch (torch.set_num_threads; default: torch's own choice)",
+        type=integer_between(1, cpu_count, "this machine's CPUs"),
+        help="CPU threads for torch (torch.set_num_threads; at most the CPUs; default: torch's own choice)",
     )
     command.add_argument("--config", help="library model config, e.g. n_layer=2,n_embd=64 (--model transformers:gpt2)")
     command.add_argument("--input-dtype", help="input dtype if not --dtype: int64 for token ids")
     command.add_argument("--input-range", help="integer inputs drawn from LOW,HIGH (default 0,vocab_size)")
+
+
+def build_model(args: argparse.Namespace, device):
+    """The model and its example input from ``--model``, ``--input-shape``, ``--dtype`` and the
+    library options, the input's size checked against the device's memory first (:func:`check_input_fits`)."""
+    from remat.models.loading import build, model_options, parse_dtype, parse_shape  # imports torch
+
+    shape, dtype, options = parse_shape(args.input_shape), parse_dtype(args.dtype), model_options(args)
+    check_input_fits(shape, options["input_dtype"] or dtype, device)
+    return build(args.model, shape, device, dtype, **options)
+
+
+def check_input_fits(shape: tuple[int, ...], dtype, device) -> None:
+    """Refuse (one line, before allocating) an input larger than the device's whole memory:
+    ``--input-shape 1099511627776,64`` is 256 TiB of float32, and torch's own error for it is a
+    multi-line RuntimeError. The device's memory: CUDA's total, or the machine's physical RAM."""
+    elements = math.prod(shape)
+    size = elements * dtype.itemsize
+    total = device_memory(device)
+    if total is not None and size > total:
+        raise RematError(
+            f"--input-shape {','.join(map(str, shape))}: the input alone is {format_size(size)} "
+            f"({elements} x {dtype.itemsize} bytes), more than the {device.type} device's "
+            f"{format_size(total)}: give a smaller shape"
+        )
+
+
+def device_memory(device) -> int | None:
+    """Bytes of memory ``device`` has: CUDA's total, the physical RAM for a CPU, else None (meta)."""
+    if device.type == "cuda":
+        import torch  # see the module docstring
+
+        return torch.cuda.get_device_properties(device).total_memory
+    if device.type == "cpu":
+        try:
+            return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            return None
+    return None
 
 
 def with_threads(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -88,6 +129,8 @@ __all__ = [
     "add_device_and_dtype",
     "add_model_and_input",
     "add_model_options",
+    "build_model",
+    "check_input_fits",
     "compiled_if",
     "with_threads",
 ]

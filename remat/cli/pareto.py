@@ -9,11 +9,21 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from remat.cli.args import TIME_LIMIT_HELP, integer_at_least, output_file, plot_file, seconds
+from remat.cli.args import (
+    TIME_LIMIT_HELP,
+    check_paths,
+    cpu_count,
+    integer_at_least,
+    integer_between,
+    output_file,
+    plot_file,
+    refuse_unless_applies,
+    seconds,
+)
 from remat.cli.budget import profile_kind
 from remat.plots import plot_front, preload  # matplotlib itself is imported only when called
 from remat.schedules import RematError, format_size, load_profile
-from remat.solver import strategy_names
+from remat.solver import STRATEGIES, strategy_names
 from remat.solver.chain.optimal import DEFAULT_SLOTS
 from remat.solver.front import overhead_percent, write_front_csv, write_front_json
 from remat.solver.pareto.chain import chain_front
@@ -38,9 +48,11 @@ class _Front:
 
 def run(args: argparse.Namespace) -> int:
     """Sweep the front, print one line per strategy (and the marked points), write ``--csv``, ``--json``, ``-o``."""
+    check_paths(args, {"PROFILE": "profile"}, {"-o": "output", "--csv": "csv", "--json": "json"})
     profile = load_profile(args.profile)
     kind = profile_kind(profile)
     strategies = _strategies(args.strategies, kind)
+    _check_options(args, kind, strategies)
     front = _chain_front(profile, strategies, args) if kind == "chain" else _graph_front(profile, strategies, args)
     if not front.points:
         failed = front.failed
@@ -62,6 +74,36 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_options(args: argparse.Namespace, kind: str, strategies: list[str]) -> None:
+    """Refuse (one line) an option that this profile kind or these strategies never read."""
+    refuse_unless_applies(kind == "chain" and args.workers is not None, "--workers", _CHAIN_ONLY_DP)
+    refuse_unless_applies(kind == "chain" and args.time_limit is not None, "--time-limit", _CHAIN_ONLY_DP)
+    refuse_unless_applies(kind == "graph" and args.points is not None, "--points", _GRAPH_SWEEP)
+    refuse_unless_applies(kind == "graph" and args.slots is not None, "--slots", _GRAPH_SWEEP)
+    baselines = [name for name in strategies if name != "optimal"]
+    refuse_unless_applies(
+        kind == "chain" and args.points is not None and not baselines,
+        "--points",
+        "with --strategies optimal alone (it sets how many budgets each baseline is swept at)",
+    )
+    limited = [name for name in strategies if name in TIME_LIMITED]
+    refuse_unless_applies(
+        # an unknown name is graph_front's to refuse, with the list of known ones
+        kind == "graph"
+        and args.time_limit is not None
+        and not limited
+        and set(strategies) <= set(strategy_names(kind)),
+        "--time-limit",
+        f"to {', '.join(strategies)} (only {' and '.join(TIME_LIMITED)} have a time limit)",
+    )
+
+
+_CHAIN_ONLY_DP = "to a chain profile (graphs only: a chain's front is the DP's, exact, with no solver processes)"
+_GRAPH_SWEEP = "to a graph profile (chains only: a graph's front sweeps its own budgets, with no DP slots)"
+# the graph strategies that read --time-limit (remat strategies lists their options): ilp, lp-rounding
+TIME_LIMITED = tuple(name for (kind, name), s in STRATEGIES.items() if kind == "graph" and "time_limit" in s.options)
+
+
 def _strategies(text: str | None, kind: str) -> list[str]:
     """``--strategies`` as names; every strategy of ``kind`` when it is not given."""
     if text is None:
@@ -79,7 +121,7 @@ def _chain_front(profile, strategies: list[str], args: argparse.Namespace) -> _F
         profile,
         strategies,
         slots=args.slots or DEFAULT_SLOTS,
-        points=args.points,
+        points=DEFAULT_POINTS if args.points is None else args.points,
         progress=True,
         while_waiting=waiting,
     )
@@ -91,8 +133,8 @@ def _graph_front(profile, strategies: list[str], args: argparse.Namespace) -> _F
         profile,
         strategies=strategies,
         budgets=None,
-        time_limit=args.time_limit,
-        workers=args.workers,
+        time_limit=DEFAULT_GRAPH_TIME_LIMIT if args.time_limit is None else args.time_limit,
+        workers=DEFAULT_WORKERS if args.workers is None else args.workers,
         progress=True,
     )
     points = list(front.points)
@@ -171,19 +213,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     pareto.add_argument(
         "--points",
         type=integer_at_least(1),
-        default=DEFAULT_POINTS,
         help=f"budgets per baseline sweep (chains; default {DEFAULT_POINTS})",
     )
     pareto.add_argument(
         "--time-limit",
         type=seconds,
-        default=DEFAULT_GRAPH_TIME_LIMIT,
         help=f"graphs: per ILP / LP-rounding solve, {TIME_LIMIT_HELP} (default {DEFAULT_GRAPH_TIME_LIMIT:g})",
     )
     pareto.add_argument(
         "--workers",
-        type=integer_at_least(1),
-        default=DEFAULT_WORKERS,
+        type=integer_between(1, lambda: 4 * cpu_count(), "4 x this machine's CPUs"),
         help=f"graphs: solver processes (default {DEFAULT_WORKERS})",
     )
     pareto.set_defaults(func=run)

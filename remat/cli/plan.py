@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import math
 
-from remat.cli.args import output_file, plot_file
-from remat.cli.options import DEVICE_HELP, add_device_and_dtype, add_model_and_input
+from remat.cli.args import check_paths, output_file, plot_file
+from remat.cli.options import DEVICE_HELP, add_device_and_dtype, add_model_and_input, check_input_fits
+from remat.plots import save_figure
 from remat.schedules import RematError, format_size, parse_size, save_profile, save_schedule
 from remat.solver.plan import (
     ADAM_COPIES,
@@ -86,6 +87,9 @@ def run(args: argparse.Namespace) -> int:
     from remat.models.loading import parse_dtype, parse_shape, resolve_device
     from remat.profile.batch import chain_profiler, parse_vary
 
+    check_paths(args, {}, {"-o": "output", "--save-profile": "save_profile", "--plot": "plot"})
+    if args.device is not None and not args.measured:
+        raise RematError("--device: applies with --measured only (a --meta plan runs on meta tensors, on no device)")
     shape = parse_shape(args.input_shape)
     dim = parse_vary(args.vary, len(shape))
     what = "batch" if dim == 0 else f"dim {dim}"
@@ -96,6 +100,9 @@ def run(args: argparse.Namespace) -> int:
         raise RematError(f"--max-size: must be a positive integer, got {args.max_size}")
     mode = "measured" if args.measured else "meta"
     device = resolve_device(args.device) if mode == "measured" else None
+    if device is not None and points:  # the largest input the profiles allocate, refused before it is
+        largest = tuple(max(points) if axis == dim else n for axis, n in enumerate(shape))
+        check_input_fits(largest, parse_dtype(args.dtype), device)
     profiler = chain_profiler(args.model, shape, dim, mode, parse_dtype(args.dtype), device)
     growth = fit_growth(profiler, points, time_rtol=None if mode == "measured" else 1e-6)
     fixed, fixed_note = _fixed(args.fixed_bytes, growth.profiles[0])
@@ -149,8 +156,10 @@ def _plot(growth, budget: int, what: str, args: argparse.Namespace) -> None:
     axis.grid(alpha=0.3)
     axis.legend()
     figure.tight_layout()
-    figure.savefig(args.plot, dpi=120)
-    plt.close(figure)
+    try:
+        save_figure(figure, args.plot, dpi=120)
+    finally:
+        plt.close(figure)
     print(f"wrote {args.plot}")
 
 

@@ -11,7 +11,7 @@ import argparse
 
 from remat.cli.args import integer_at_least, output_file
 from remat.cli.budget import reference_peak
-from remat.cli.options import add_model_options, compiled_if, with_threads
+from remat.cli.options import add_model_options, build_model, compiled_if, with_threads
 from remat.schedules import RematError, format_size, save_profile
 
 DEFAULT_REPEATS = 5
@@ -20,15 +20,18 @@ TIME_SOURCES = ("measured", "flops")
 
 def run(args: argparse.Namespace) -> int:
     """Build the model, profile it (chain, or ``--graph``), write the profile and print what it holds."""
-    from remat.models.loading import build, model_options, parse_dtype, parse_shape, resolve_device
+    from remat.models.loading import resolve_device
 
     if args.graph and args.options:
         raise RematError("--options: measures a chain's stage options; it does not apply with --graph")
     if args.graph and args.compile:
         raise RematError("--compile: compiles a chain's stages; it does not apply with --graph")
+    if not args.graph and args.time_source is not None:
+        raise RematError("--time-source: chooses a graph profile's node times; it does not apply without --graph")
+    args.time_source = args.time_source or TIME_SOURCES[0]
 
     device = resolve_device(args.device)
-    model, x = build(args.model, parse_shape(args.input_shape), device, parse_dtype(args.dtype), **model_options(args))
+    model, x = build_model(args, device)
     name = args.name or f"{args.model.split(':')[-1]}-b{x.shape[0]}-{device.type}"
     if args.graph:
         return _profile_graph(args, model, x, device, name)
@@ -102,7 +105,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     profile_cmd.add_argument(
         "--time-source",
         choices=TIME_SOURCES,
-        default=TIME_SOURCES[0],
         help="--graph: node times measured on the device (default) or estimated from FLOPs",
     )
     profile_cmd.add_argument(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from remat.cli.args import plot_file
+from remat.cli.args import check_paths, plot_file
 from remat.plots import plot_timeline
 from remat.schedules import format_size, load_profile, load_schedule, simulate
 from remat.schedules.simulator import check_schedule
@@ -13,6 +13,7 @@ from remat.schedules.simulator import check_schedule
 
 def run(args: argparse.Namespace) -> int:
     """Print the simulated peak and times; exit 1 (after printing) when the peak exceeds the budget."""
+    check_paths(args, {"PROFILE": "profile", "SCHEDULE": "schedule"}, {"--plot": "plot"})
     profile = load_profile(args.profile)
     schedule = load_schedule(args.schedule)
     if schedule.profile_sha256 != profile.sha256 and not args.ignore_hash:

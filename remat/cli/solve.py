@@ -11,7 +11,15 @@ from collections.abc import Iterator
 
 from tqdm import tqdm
 
-from remat.cli.args import TIME_LIMIT_HELP, integer_at_least, output_file, seconds
+from remat.cli.args import (
+    TIME_LIMIT_HELP,
+    check_paths,
+    integer_at_least,
+    integer_between,
+    max_solver_workers,
+    output_file,
+    seconds,
+)
 from remat.cli.budget import parse_budget, profile_kind, reference_peak
 from remat.cli.text import solve_lines
 from remat.schedules import load_profile, save_schedule
@@ -24,11 +32,12 @@ from remat.solver.graph.ilp import DEFAULT_TIME_LIMIT, FORMULATIONS
 DEFAULT_BUDGET_PERCENT = 100
 DEFAULT_STRATEGY = "store-all"
 # the options a strategy may take, passed to it by name (each strategy says which it reads)
-STRATEGY_OPTIONS = ("segments", "checkpoints", "slots", "time_limit", "formulation")
+STRATEGY_OPTIONS = ("segments", "checkpoints", "slots", "time_limit", "workers", "formulation")
 
 
 def run(args: argparse.Namespace) -> int:
     """Solve, check the schedule in the simulator, write it (``-o``) and print what it is."""
+    check_paths(args, {"PROFILE": "profile"}, {"-o": "output"})
     profile = load_profile(args.profile)
     budget = parse_budget(args.budget, profile)
     options = {name: getattr(args, name, None) for name in STRATEGY_OPTIONS}
@@ -108,6 +117,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     solve_cmd.add_argument(
         "--time-limit", type=seconds, help=f"ilp, lp-rounding: {TIME_LIMIT_HELP} (ilp default {DEFAULT_TIME_LIMIT:g})"
+    )
+    solve_cmd.add_argument(
+        "--workers",
+        type=integer_between(1, max_solver_workers, "4 x this machine's CPUs, at least 64"),
+        help="ilp: CP-SAT search workers (default: 8, or the core count if larger)",
     )
     solve_cmd.add_argument(
         "--formulation",

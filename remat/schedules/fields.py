@@ -103,6 +103,8 @@ def check_metadata(value: Any, path: str) -> dict[str, Any]:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as error:
         raise ProfileError(f"{path}: must hold plain JSON values ({error})") from None
+    except RecursionError:
+        raise ProfileError(f"{path}: nested too deep") from None
     return dict(value)
 
 

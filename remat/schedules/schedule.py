@@ -106,6 +106,8 @@ class Schedule:
                 raise ScheduleError(f"predicted.{key}: must be a number, got {predicted[key]!r}")
             if key != "peak_memory" and not (isinstance(predicted[key], float) or abs(predicted[key]) < 2**1000):
                 raise ScheduleError(f"predicted.{key}: too large for a number of milliseconds")
+            if isinstance(predicted[key], float) and not math.isfinite(predicted[key]):
+                raise ScheduleError(f"predicted.{key}: must be a finite number, got {predicted[key]!r}")
         peak = predicted["peak_memory"]
         # an integral float is a size only where floats are exact (JSON writers may emit 1e6)
         exact = isinstance(peak, int) or (math.isfinite(peak) and peak.is_integer() and abs(peak) <= 2**53)

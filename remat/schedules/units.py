@@ -95,6 +95,11 @@ def parse_size(text: str | int, reference: int | None = None) -> int:
         if factor is None:
             raise RematError(f"size '{raw}': unknown unit '{unit}' (use B, KB, MB, GB, TB, PB, EB or KiB ... EiB)")
         value *= factor
-    if value > MAX_SIZE:
+    # A percentage of a reference is as large as the reference allows: a profile may be that big
+    # (its sizes are exact ints), and "100%" of it must not be blamed on the percentage.
+    limit = max(MAX_SIZE, reference or 0) if percent else MAX_SIZE
+    if value > limit:
+        if percent and reference and reference > MAX_SIZE:
+            raise RematError(f"size '{raw}': too large (over 2**100 bytes and over 100% of {reference} bytes)")
         raise RematError(f"size '{raw}': too large (more than 2**100 bytes)")
     return int(value)  # Fraction -> int truncates toward zero: rounds down for these non-negative values

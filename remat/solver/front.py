@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from remat.schedules import write_json
+from remat.schedules.files import atomic_file
 
 FRONT_FORMAT = "remat-front-v1"
 CSV_FIELDS = (
@@ -90,8 +91,9 @@ def front_rows(points: Iterable[FrontPoint]) -> list[dict[str, Any]]:
 
 
 def write_front_csv(points: Iterable[FrontPoint], path: str | os.PathLike[str]) -> None:
-    """CSV with a header row and one row per front point."""
-    with open(path, "w", newline="") as handle:
+    """CSV with a header row and one row per front point, written atomically
+    (remat.schedules.files: the old file survives any failure)."""
+    with atomic_file(path, "w") as handle:
         writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS)
         writer.writeheader()
         for row in front_rows(points):

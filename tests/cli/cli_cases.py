@@ -14,6 +14,7 @@ import copy
 import io
 import json
 import os
+import re
 import sys
 import traceback
 from dataclasses import dataclass
@@ -266,7 +267,115 @@ def _cases() -> list[Case]:
     cases += [c((*base, "--plot", "{d}/t.xyz")), c((*base, "--json", "{d}/missing/r.json"))]
     cases += [c((*base[:-1], "{missing}")), c((*base[:-1], "{notjson}")), c((*base, "--profile", "{missing}"))]
     cases += [c(("execute", "--model", CNN, "--schedule", "{cnn_schedule}"))]
+    cases += _issue24_cases()
     return cases
+
+
+def _issue24_cases() -> list[Case]:
+    """Issue 24's classes: an output over an input or another output, ``-o`` names written exactly
+    or refused, JSON that json.loads would take silently, options that do not apply, and sizes that
+    crashed (threads, input shapes, names too long)."""
+    c = Case
+    cases: list[Case] = []
+    # an output that is an input, or another output (same path, ./path, hard link, symbolic link)
+    for out in ("{chain_copy}", "{d}/./chain_copy.json", "{chain_hard}", "{chain_sym}"):
+        cases.append(c(("solve", "{chain_copy}", "-o", out)))
+    cases += [c(("solve", "{chain_sym}", "-o", "{chain_copy}"))]
+    cases += [c(("simulate", "{chain}", "{schedule}", "--plot", "{schedule}"))]  # also not an image type
+    cases += [c(("simulate", "{chain}", "{schedule_png}", "--plot", "{schedule_png}"))]
+    cases += [c(("pareto", "{chain}", "--csv", "{d}/f", "--json", "{d}/f"))]
+    cases += [c(("pareto", "{chain}", "--csv", "{d}/f.csv", "-o", "{d}/f.csv"))]
+    cases += [c(("pareto", "{chain_copy}", "--json", "{chain_copy}"))]
+    base = ("execute", "--model", CNN, "--input-shape", "4,3,16,16", "--schedule", "{cnn_schedule}")
+    cases += [c((*base, "--json", "{cnn_schedule}")), c((*base, "--json", "{d}/r.json", "--plot", "{d}/r.json"))]
+    plan = ("plan", "--model", MLP, "--input-shape", "16,64", "--memory", "1GB")
+    cases += [c((*plan, "-o", "{d}/p.json", "--save-profile", "{d}/p.json"))]
+    # -o names: a folder path, a missing folder, names too long, NUL
+    long_name = "x" * 300
+    for out in ("{d}/missing/", "{d}/", "{d}/.", "{d}/..", "{d}/" + long_name, "{d}/" + long_name + "/s.json"):
+        cases += [c(("solve", "{chain}", "-o", out)), c(("pareto", "{chain}", "--csv", out))]
+    cases += [c(("simulate", "{chain}", "{schedule}", "--plot", "{d}/" + long_name + ".png"))]
+    cases += [c(("solve", "{chain}", "-o", "{d}/a\0b"))]
+    cases += [c(("profile", "--model", MLP, "--input-shape", "16,64", "-o", "{d}/" + long_name))]
+    # written exactly as given (checked in test_files_cli.py): no extension -> PNG under that name
+    cases += [c(("simulate", "{chain}", "{schedule}", "--plot", "{d}/timeline"), 0)]
+    # JSON that json.loads takes silently: duplicate keys, NaN / Infinity / 1e400, nesting too deep
+    for name in JSON_TRAPS:
+        expect = 0 if name == "deep_metadata" else 2  # free-form metadata may nest as deep as the parser reads
+        cases += [c(("solve", "{" + name + "}"), expect), c(("pareto", "{" + name + "}"), expect)]
+    for name in SCHEDULE_TRAPS:
+        cases.append(c(("simulate", "{chain}", "{" + name + "}")))
+    cases += [c((*base[:-1], "{sched_dup_ops}"))]
+    # options that do not apply to this input
+    for option, value in (("--workers", "2"), ("--time-limit", "3")):
+        cases.append(c(("pareto", "{chain}", option, value)))
+    for option, value in (("--points", "3"), ("--slots", "3")):
+        cases.append(c(("pareto", "{graph}", option, value)))
+    cases += [c(("pareto", "{chain}", "--strategies", "optimal", "--points", "3"))]
+    cases += [c(("pareto", "{graph}", "--strategies", "store-all", "--time-limit", "3"))]
+    for strategy, option, value in (
+        ("store-all", "--workers", "2"), ("optimal", "--workers", "2"), ("lp-rounding", "--workers", "2"),
+        ("hierarchical", "--time-limit", "3"), ("ilp", "--slots", "4"),
+    ):  # fmt: skip
+        cases.append(c(("solve", "{graph}", "--budget", "80%", "--strategy", strategy, option, value)))
+    cases += [c(("solve", "{chain}", "--strategy", "optimal", "--workers", "2"))]
+    for v in ("0", "-1", "x", "1000000"):
+        cases.append(c(("solve", "{graph}", "--strategy", "ilp", "--workers", v)))
+        cases.append(c(("pareto", "{graph}", "--workers", v)))
+    prof = ("profile", "--model", MLP, "--input-shape", "16,64", "-o", "{d}/p.json")
+    cases += [c((*prof, "--time-source", "flops")), c((*prof, "--time-source", "measured"))]
+    cases += [c((*plan, "--meta", "--device", "cpu")), c((*plan, "--device", "cpu"))]
+    # sizes that crashed: torch threads, inputs no device can hold
+    cases += [c((*prof, "--threads", v)) for v in ("100000", "4096", str(2**64))]
+    for shape in ("1099511627776,64", f"{2**40},{2**40}", f"{2**70},64"):
+        cases.append(c(("profile", "--model", MLP, "--input-shape", shape, "-o", "{d}/p.json")))
+        cases.append(c((*base[:3], "--input-shape", shape, *base[5:])))
+    # a profile far larger than 2**100 bytes: its default budget (100%) is its own store-all peak
+    cases += [c(("solve", "{huge_profile}"), 0), c(("solve", "{huge_profile}", "--budget", "100%"), 0)]
+    cases += [c(("solve", "{huge_profile}", "--budget", "150%"))]
+    return cases
+
+
+def _with_trailer(text: str, trailer: str) -> str:
+    """``text`` (a JSON object) with ``trailer`` inserted before its closing brace."""
+    return text.rstrip().removesuffix("}") + trailer + "}"
+
+
+def _stage(name: str) -> str:
+    return f'{{"name": "{name}", "forward_ms": 1, "backward_ms": 1, "output_size": 1, "saved_size": 1}}'
+
+
+def _chain_text() -> str:
+    return (EXAMPLES / "resnet_like.json").read_text()
+
+
+# Profiles that json.loads would take without a word; each must be refused with its path.
+JSON_TRAPS = {
+    "dup_stages": lambda: _with_trailer(_chain_text(), f', "stages": [{_stage("only")}]'),
+    "dup_format": lambda: _with_trailer(_chain_text(), ', "format": "remat-chain-v1"'),
+    "dup_in_stage": lambda: _chain_text().replace('"forward_ms":', '"forward_ms": 0.5, "forward_ms":', 1),
+    "nan_literal": lambda: _chain_text().replace('"forward_ms": ', '"forward_ms": NaN, "x_ms": ', 1),
+    "infinity_literal": lambda: _with_trailer(_chain_text(), ', "comment": -Infinity'),
+    "huge_float": lambda: _with_trailer(_chain_text(), ', "comment": 1e400'),
+    "nan_in_metadata": lambda: _chain_text().replace('"metadata": {', '"metadata": {"x": NaN, ', 1),
+    "deep_nesting": lambda: "[" * 100_000 + "]" * 100_000,
+    "deep_object": lambda: '{"a":' * 50_000 + "1" + "}" * 50_000,
+    "deep_metadata": lambda: _chain_text().replace(
+        '"metadata": {', '"metadata": {"x": ' + "[" * 900 + "]" * 900 + ", ", 1
+    ),
+}
+
+
+def _schedule_text(paths: dict) -> str:
+    return Path(paths["schedule"]).read_text()
+
+
+SCHEDULE_TRAPS = {
+    "sched_dup_ops": lambda paths: _with_trailer(_schedule_text(paths), ', "ops": [["F_ck", 0]]'),
+    "sched_nan_ms": lambda paths: re.sub(r'"compute_ms": [^,}]+', '"compute_ms": NaN', _schedule_text(paths), count=1),
+    "sched_inf_ms": lambda paths: re.sub(r'"recompute_ms": [^,}]+', '"recompute_ms": Infinity', _schedule_text(paths)),
+    "sched_dup_budget": lambda paths: _with_trailer(_schedule_text(paths), ', "budget": 1'),
+}
 
 
 CASES = _cases()
@@ -304,6 +413,13 @@ def make_fixtures(folder: Path) -> dict[str, str]:
     for name, text in {"notjson": "{nope", "empty": "", "json_list": "[1, 2]", "json_number": "3"}.items():
         (folder / f"{name}.json").write_text(text)
         paths[name] = str(folder / f"{name}.json")
+    for name, text in JSON_TRAPS.items():
+        (folder / f"{name}.json").write_text(text())
+        paths[name] = str(folder / f"{name}.json")
+    for name, text in SCHEDULE_TRAPS.items():
+        (folder / f"{name}.json").write_text(text(paths))
+        paths[name] = str(folder / f"{name}.json")
+    _link_fixtures(folder, paths)
     (folder / "binary.json").write_bytes(b"\xff\xfe\x00garbage")
     paths["binary"] = str(folder / "binary.json")
     (folder / "file.json").write_text("{}")
@@ -311,6 +427,30 @@ def make_fixtures(folder: Path) -> dict[str, str]:
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
     return paths
+
+
+def _link_fixtures(folder: Path, paths: dict[str, str]) -> None:
+    """A copy of the chain profile with a hard and a symbolic link to it, a schedule named like an
+    image, and a profile whose sizes are 2**100 times the example's."""
+    copy_path = folder / "chain_copy.json"
+    copy_path.write_text(_chain_text())
+    for name, make in (("chain_hard", os.link), ("chain_sym", os.symlink)):
+        link = folder / f"{name}.json"
+        if not link.exists():
+            make(copy_path, link)
+        paths[name] = str(link)
+    paths["chain_copy"] = str(copy_path)
+    png = folder / "schedule.png"
+    png.write_text(Path(paths["schedule"]).read_text())
+    paths["schedule_png"] = str(png)
+    huge = _chain()
+    huge["input_size"] *= 2**100
+    for stage in huge["stages"]:
+        for key, value in list(stage.items()):
+            if isinstance(value, int) and not isinstance(value, bool):
+                stage[key] = value * 2**100
+    (folder / "huge_profile.json").write_text(json.dumps(huge))
+    paths["huge_profile"] = str(folder / "huge_profile.json")
 
 
 def run_case(argv: list[str]) -> tuple[int | str, str, str]:
