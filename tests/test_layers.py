@@ -100,6 +100,7 @@ def test_every_room_is_in_the_layer_list():
     assert not gone, f"docs/architecture.md lists rooms that do not exist: {sorted(gone)}"
 
 
+@pytest.mark.slow
 def test_no_room_imports_one_above_it_or_beside_it():
     wrong = violations(ROOT, layers())
     assert not wrong, "imports against docs/architecture.md's layers:\n" + "\n".join(wrong)
@@ -136,6 +137,7 @@ def test_torch_free_rooms_never_import_torch(room):
     assert not offenders, "\n".join(offenders)
 
 
+@pytest.mark.slow
 def test_importing_the_torch_free_rooms_loads_no_torch():
     """What the arrows cannot show (an import made by a dependency): a fresh interpreter that
     imports every module of the torch-free rooms ends with no torch module loaded."""

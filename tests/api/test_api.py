@@ -55,6 +55,7 @@ def _plain_and_remat_grads(model, wrapped, call):
     return plain, replayed, expected, _grads(model)
 
 
+@pytest.mark.slow
 def test_keyword_integer_inputs_train_exactly_like_the_model_below_store_all():
     torch.manual_seed(0)
     model = TokenModel().train()
@@ -71,6 +72,7 @@ def test_keyword_integer_inputs_train_exactly_like_the_model_below_store_all():
     assert all(torch.equal(a, b) for a, b in zip(expected, got, strict=True))
 
 
+@pytest.mark.slow
 def test_user_loss_with_a_target_is_inside_the_last_stage():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
@@ -90,6 +92,7 @@ def test_user_loss_with_a_target_is_inside_the_last_stage():
     assert not torch.equal(buffers_before[0], model[1].running_mean)
 
 
+@pytest.mark.slow
 def test_report_puts_measured_next_to_predicted():
     torch.manual_seed(0)
     model = TokenModel(depth=2).train()
@@ -100,6 +103,7 @@ def test_report_puts_measured_next_to_predicted():
     assert "peak" in report.table()
 
 
+@pytest.mark.slow
 def test_calls_with_another_shape_are_refused():
     torch.manual_seed(0)
     model = TokenModel(depth=2).train()
@@ -119,6 +123,7 @@ def test_budget_forms():
         resolve_budget(1.5, 4000)
 
 
+@pytest.mark.slow
 def test_an_infeasible_budget_says_the_smallest_one():
     model = TokenModel(depth=2).train()
     ids = torch.randint(0, 40, (2, 8))

@@ -5,6 +5,7 @@ and sum their bf16 input gradients in bf16, where the plain model sums them in f
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -34,6 +35,7 @@ def _grads(model: nn.Module, step) -> list[torch.Tensor]:
     return [p.grad.clone() for p in model.parameters()]
 
 
+@pytest.mark.slow
 def test_bf16_gradients_of_a_replayed_post_norm_model_equal_plain_autocast():
     torch.manual_seed(0)
     # an embedding, so the residual stream (each block's input) stays fp32 under autocast, as in BERT

@@ -172,6 +172,7 @@ def _per_block_checkpoint(model: nn.Module, names: list[str]):
             del module.forward
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_library_model_through_the_one_call_api(case):
     factory, inputs, with_loss, expected_stages = CASES[case]
@@ -204,6 +205,7 @@ def test_library_model_through_the_one_call_api(case):
     assert all(torch.equal(a, b) for a, b in zip(plain_bf16[2], replay_bf16[2], strict=True)), "bf16 buffers"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("padded", [False, True])
 def test_llama_gqa_is_cut_on_eager_branch_and_a_call_on_the_other_is_refused(padded):
     torch.manual_seed(0)
@@ -222,6 +224,7 @@ def test_llama_gqa_is_cut_on_eager_branch_and_a_call_on_the_other_is_refused(pad
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["torchvision-densenet121", "torchvision-vgg16"])
 @pytest.mark.parametrize("bf16", [False, True])
 def test_graph_replay_of_a_vision_model_equals_its_plain_step(case, bf16):
@@ -245,6 +248,7 @@ def test_graph_replay_of_a_vision_model_equals_its_plain_step(case, bf16):
     assert all(torch.equal(a, b) for a, b in zip(plain[2], replay[2], strict=True)), "buffers differ"
 
 
+@pytest.mark.slow
 def test_cli_profiles_a_token_model_built_from_a_config(tmp_path, capsys):
     from remat.cli import main
     from remat.schedules import load_profile
@@ -262,6 +266,7 @@ def test_cli_profiles_a_token_model_built_from_a_config(tmp_path, capsys):
     assert err.count("\n") == 0 and "--input-range" in err
 
 
+@pytest.mark.slow
 def test_graph_profile_of_a_hugging_face_model_says_in_one_line_what_to_use(tmp_path, capsys):
     from remat.cli import main
 

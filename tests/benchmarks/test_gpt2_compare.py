@@ -50,6 +50,7 @@ def _free_options(profile):
     return dataclasses.replace(profile, stages=stages)
 
 
+@pytest.mark.slow
 def test_blocks_get_the_fused_attention_policy(tiny):
     model, kw, chain, profile = tiny
     block = chain.stages[1]
@@ -62,6 +63,7 @@ def test_blocks_get_the_fused_attention_policy(tiny):
         assert all(o.saved_size < stage.saved_size for o in stage.options)
 
 
+@pytest.mark.slow
 def test_middle_option_rows_peak_as_predicted(tiny):
     model, kw, chain, profile = tiny
     free = _free_options(profile)

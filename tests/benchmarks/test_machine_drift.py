@@ -37,6 +37,7 @@ def _run(*options: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, script, *options], capture_output=True, text=True, cwd=BENCHMARKS.parent)
 
 
+@pytest.mark.slow
 def test_short_run_writes_every_kernel(tmp_path):
     out = tmp_path / "drift.json"
     done = _run("--seconds", "0.5", "--window", "0.25", "--output", str(out))
@@ -48,11 +49,13 @@ def test_short_run_writes_every_kernel(tmp_path):
     assert "| matmul 5x1024^2 | thread |" in done.stdout
 
 
+@pytest.mark.slow
 def test_bad_options_exit_2(tmp_path):
     done = _run("--seconds", "0", "--output", str(tmp_path / "x.json"))
     assert done.returncode == 2 and "must be positive" in done.stderr
 
 
+@pytest.mark.slow
 def test_a_tiny_duration_still_samples_once():
     rounds = machine_drift.collect(1e-9)
     assert len(rounds) >= 1 and set(rounds[0][1]) == set(machine_drift.kernels())

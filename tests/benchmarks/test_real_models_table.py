@@ -31,6 +31,7 @@ def rows() -> dict[str, dict]:
     return {row["model"]: row for row in real_models.run(chosen, runs=1)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["gpt2", "torchvision-resnet18"])
 def test_every_cell_of_a_row_is_computed(rows, name):
     row = rows[name]
@@ -59,6 +60,7 @@ def test_every_cell_of_a_row_is_computed(rows, name):
     assert errors["worst_quiet"] == max(errors["quiet"], key=abs)
 
 
+@pytest.mark.slow
 def test_the_baselines_are_hf_checkpointing_and_per_block_checkpoint(rows):
     assert rows["gpt2"]["equal_memory"]["baseline"].startswith("HF ")
     assert rows["torchvision-resnet18"]["equal_memory"]["baseline"].startswith("torch.utils.checkpoint")

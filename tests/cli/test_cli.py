@@ -18,6 +18,7 @@ def _run(capsys, argv):
     return code, captured.out, captured.err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", strategy_names("chain"))
 def test_solve_each_chain_strategy_writes_a_valid_schedule(tmp_path, capsys, strategy):
     out = tmp_path / "schedule.json"
@@ -121,6 +122,7 @@ def test_solve_output_in_plain_words(capsys, strategy):
         assert jargon not in out, (jargon, out)
 
 
+@pytest.mark.slow
 def test_graph_ilp_output_says_when_the_limit_is_too_short(capsys):
     code, out, err = _run(
         capsys,
@@ -132,6 +134,7 @@ def test_graph_ilp_output_says_when_the_limit_is_too_short(capsys):
     assert "backend" not in out and "variables" not in out
 
 
+@pytest.mark.slow
 def test_graph_profile_printout_uses_the_one_store_all_peak(tmp_path, capsys):
     """What `remat profile --graph` calls the store-all peak is what `--budget 100%` means."""
     import re

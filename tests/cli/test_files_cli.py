@@ -75,6 +75,7 @@ def _killed_child(target: Path, text: str, kill_at: int, phase: str) -> None:
     return status
 
 
+@pytest.mark.slow
 def test_a_write_killed_anywhere_leaves_the_old_or_the_new_file(tmp_path):
     """100 SIGKILLs at points drawn from a seeded RNG (byte offsets and the fsync/rename steps):
     the target is always byte for byte the old file or the complete new one."""
@@ -100,6 +101,7 @@ def test_a_kill_before_the_rename_keeps_the_old_file(tmp_path):
     assert target.read_text() == "old\n"
 
 
+@pytest.mark.slow
 def test_a_write_past_the_file_size_limit_keeps_the_old_file(tmp_path):
     """RLIMIT_FSIZE in a child (Python ignores SIGXFSZ, so the write fails with EFBIG): one line,
     the old file intact, no temporary left."""
@@ -214,6 +216,7 @@ def test_ctrl_c_at_any_moment_exits_130_with_one_line(delay):
         assert child.returncode == 130 and err.strip().splitlines() == ["remat: interrupted"], err
 
 
+@pytest.mark.slow
 def test_a_closed_pipe_ends_quietly():
     """``remat strategies | head -1`` and ``remat solve ... | head -1``: no error text, exit 0 or 141."""
     for argv in (["strategies"], ["solve", str(EXAMPLES / "resnet_like.json")]):

@@ -38,6 +38,7 @@ def _assert_clean(code, out: str, err: str, argv) -> None:
         assert err.count("\n") == 1, err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", FAST, ids=[" ".join(c.argv)[:80] for c in FAST])
 def test_each_listed_invocation(paths, case):
     argv = case.render(paths)
@@ -46,6 +47,7 @@ def test_each_listed_invocation(paths, case):
     assert code == case.expect, f"{argv}: exit {code}, expected {case.expect}: {err}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", SLOW, ids=[" ".join(c.argv)[:80] for c in SLOW])
 def test_each_listed_model_invocation(paths, case):
     """The cases that run a model: its failure is one line naming the stage or module."""
@@ -106,6 +108,7 @@ def _write(folder: Path, data) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=80)
 @given(
     base=st.sampled_from(["resnet_like.json", "small_graph.json"]),
@@ -118,6 +121,7 @@ def test_malformed_profiles(tmp_path, base, choice, value):
     _assert_clean(*run_case(argv), argv)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(
     ops=st.lists(
@@ -157,6 +161,7 @@ def test_random_chain_option_strings(paths, option, text):
     _assert_clean(*run_case(argv), argv)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(text=OPTION_TEXT, strategy=st.sampled_from(["ilp", "lp-rounding"]))
 def test_random_time_limits(paths, text, strategy):

@@ -41,6 +41,7 @@ def _profile(tmp_path, capsys, time_source="flops"):
     return path, out
 
 
+@pytest.mark.slow
 def test_profile_graph_solve_execute(tmp_path, capsys):
     profile_path, _ = _profile(tmp_path, capsys, "measured")
     profile = load_profile(profile_path)
@@ -71,6 +72,7 @@ def test_profile_graph_solve_execute(tmp_path, capsys):
         assert plot_path.stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_execute_graph_schedule_without_profile_profiles_the_model(tmp_path, capsys):
     profile_path, _ = _profile(tmp_path, capsys)
     schedule_path = tmp_path / "s.json"
@@ -84,6 +86,7 @@ def test_execute_graph_schedule_without_profile_profiles_the_model(tmp_path, cap
     assert "profiling the model's graph" in captured.out and "peak activation memory" in captured.out
 
 
+@pytest.mark.slow
 def test_graph_schedule_with_a_chain_profile_or_another_model_is_one_line(tmp_path, capsys):
     profile_path, _ = _profile(tmp_path, capsys)
     schedule_path = tmp_path / "s.json"

@@ -208,6 +208,7 @@ from remat.solver.plan import mismatches  # noqa: E402
 CPU = torch.device("cpu")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("spec", "shape"), [("remat.zoo.small:mlp", (16, 64)), ("remat.zoo.small:cnn", (4, 3, 16, 16))]
 )
@@ -222,6 +223,7 @@ def test_conv_and_linear_stacks_grow_linearly_in_the_batch_to_the_byte(spec, sha
     assert [m for m in mismatches(growth, measured, 5, None) if "overhead" not in m] == []
 
 
+@pytest.mark.slow
 def test_attention_is_quadratic_in_the_sequence_length() -> None:
     profile_at = chain_profiler("remat.zoo.small:transformer", (2, 16, 32), 1, "meta", torch.float32, CPU)
     growth = fit_growth(profile_at, [8, 16, 24])
@@ -230,6 +232,7 @@ def test_attention_is_quadratic_in_the_sequence_length() -> None:
     assert mismatches(growth, profile_at(40), 40, 1e-6) == []
 
 
+@pytest.mark.slow
 def test_cli_plan_output_and_plot(tmp_path, capsys) -> None:
     plot = tmp_path / "plan.png"
     args = ["plan", "--model", "remat.zoo.small:cnn", "--input-shape", "4,3,16,16", "--memory", "20MB"]
@@ -259,6 +262,7 @@ def test_cli_plan_bad_input_is_one_line_and_exit_2(extra, message, capsys) -> No
     assert err.count("\n") == 0 and message in err and err.startswith("remat: error:")
 
 
+@pytest.mark.slow
 def test_sizes_the_model_cannot_take_are_one_line_errors_unless_excluded(capsys) -> None:
     args = ["plan", "--model", "remat.zoo.gpt2:gpt2_tiny", "--input-shape", "2,16,32", "--vary", "dim=1"]
     args += ["--memory", "2MB", "--max-overhead", "30%"]
@@ -270,6 +274,7 @@ def test_sizes_the_model_cannot_take_are_one_line_errors_unless_excluded(capsys)
     assert "quadratic in dim 1" in out and "65 not searched" in out
 
 
+@pytest.mark.slow
 def test_planned_batch_runs_within_the_memory_and_the_next_does_not_fit(tmp_path, capsys) -> None:
     """CPU validation: plan from meta profiles (sizes equal the CPU's, checked above), execute the planned
     batch on the CPU with remat execute, and measure its peak."""

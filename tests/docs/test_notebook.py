@@ -6,10 +6,12 @@ import shutil
 
 import nbclient
 import nbformat
+import pytest
 
 from tests.conftest import ROOT
 
 
+@pytest.mark.slow
 def test_quickstart_notebook_executes(tmp_path):
     source = ROOT / "notebooks" / "quickstart.ipynb"
     shutil.copy(source, tmp_path / source.name)

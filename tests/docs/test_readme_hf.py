@@ -20,6 +20,7 @@ def snippet() -> str:
     return match[1]
 
 
+@pytest.mark.slow
 def test_the_readme_hugging_face_snippet_trains_under_its_budget(capsys):
     pytest.importorskip("transformers")
     namespace: dict = {}

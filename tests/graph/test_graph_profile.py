@@ -63,6 +63,7 @@ def _by_name(profile: GraphProfile) -> dict[str, int]:
     return {node.name: index for index, node in enumerate(profile.nodes)}
 
 
+@pytest.mark.slow
 def test_zoo_graphs_are_valid_and_a_size_an_ilp_can_handle():
     shapes = {vision.vgg16: (2, 3, 64, 64), vision.resnet50: (2, 3, 64, 64), vision.mobilenet_v2: (2, 3, 64, 64)}
     shapes[vision.unet] = (1, 3, 64, 64)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 
 import matplotlib
+import pytest
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
 from matplotlib.text import Annotation  # noqa: E402
 
 from remat.plots import _scale, front_figure  # noqa: E402
@@ -81,6 +81,7 @@ def _check(by_strategy, store_all_ms, marks):
     plt.close(fig)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["resnet_like.json", "transformer_like.json", "homogeneous.json"])
 def test_front_labels_name_their_points_and_hide_none(name):
     _, by_strategy, store_all_ms, marks = _front(name)

@@ -24,6 +24,7 @@ SIZE_FIELDS = ("output_size", "saved_size", "forward_overhead", "backward_overhe
 TRANSIENT_FIELDS = ("forward_overhead", "forward_nograd_overhead", "backward_overhead")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("depth", [14, 26, 50, 101, 152, 200, 302, 1001])
 def test_depth_is_three_per_block_plus_two(depth):
     blocks = blocks_for_depth(depth)
@@ -54,6 +55,7 @@ def _pair(blocks=(1, 2, 1, 1)):
     return cpu, meta
 
 
+@pytest.mark.slow
 def test_meta_profile_sizes_equal_cpu_profile():
     """Every tensor size of every stage is the same measured on meta tensors as on a real CPU run;
     the CPU allocator also sees what kernels allocate inside themselves (oneDNN's reordered
@@ -127,6 +129,7 @@ def resnet50_meta():
     return model, x, profile_chain(model, x, stage_times=estimate)
 
 
+@pytest.mark.slow
 def test_replay_on_meta_peak_equals_prediction(resnet50_meta):
     """The executor replays chen-sqrt and optimal schedules on the full-size meta model; the tracker's
     measured peak is the simulator's prediction to the byte (plus the loss scalar)."""
@@ -146,6 +149,7 @@ def test_replay_on_meta_peak_equals_prediction(resnet50_meta):
         assert 0 <= measured.peak_memory - schedule.predicted.peak_memory <= 8, schedule.strategy
 
 
+@pytest.mark.slow
 def test_meta_profile_is_consistent_with_a_plain_meta_step(resnet50_meta):
     """Store-all on the chain model predicts the peak of the plain (no remat) meta step within the
     input gradient the chain model counts at B 0 (a plain step has no leaf input)."""
@@ -161,6 +165,7 @@ def test_meta_profile_is_consistent_with_a_plain_meta_step(resnet50_meta):
     assert dataclasses.asdict(profile.stages[0])["output_size"] == 32 * 64 * 56 * 56 * 4
 
 
+@pytest.mark.slow
 def test_bundled_1001_layer_profile_matches_the_model(resnet50_meta):
     """examples/preact_resnet1001_b32.json (written by benchmarks/chen2016.py) is the depth-1001 net:
     its stages are the model's, and every stage has the sizes that the same kind of stage has in the

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -65,6 +66,7 @@ def _worker(rank: int, world: int, init_file: str, results: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_fsdp2_gradients_equal_plain_fsdp2(tmp_path):
     world = 2
     mp.spawn(_worker, args=(world, str(tmp_path / "init"), str(tmp_path)), nprocs=world, join=True)

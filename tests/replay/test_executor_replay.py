@@ -79,6 +79,7 @@ def _step(module, x, weight, seed):
     return out.detach(), torch.get_rng_state()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", MODELS)
 def test_replay_equals_plain_training_and_prediction(name, setups):
     model, x, profile = setups[name]

@@ -89,6 +89,7 @@ def _check_against_plain(name: str, ops) -> None:
         assert torch.equal(b, c), f"buffer {bname} (BatchNorm statistics must be updated once per step)"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("keep", KEEPS)
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_gradients_rng_and_batchnorm_match_the_plain_model(name, keep):
@@ -96,6 +97,7 @@ def test_gradients_rng_and_batchnorm_match_the_plain_model(name, keep):
     _check_against_plain(name, _ops(profile, keep))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("keep", KEEPS)
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_memory_after_every_op_is_the_simulators(name, keep):
@@ -129,6 +131,7 @@ def _assert_matches(profile, ops, m) -> None:
     assert abs(m.peak_error) <= PEAK_TOLERANCE, m.peak_error
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["resnet", "unet"])
 def test_the_allocator_judges_convolutions_tensor_counts_do_not(name):
     """oneDNN's convolution scratch is allocated inside the kernels: the live-tensor tracker misses
@@ -146,6 +149,7 @@ def test_the_allocator_judges_convolutions_tensor_counts_do_not(name):
     assert unjudged.measured_peak > unjudged.predicted_peak + SLACK
 
 
+@pytest.mark.slow
 def test_multihead_attention_backward_is_measured_as_it_runs_unmetered():
     """nn.MultiheadAttention's backward adds the q, k and v gradients of its packed projection;
     autograd adds them in place only when nothing else refers to them, which a live-tensor tracker
@@ -163,6 +167,7 @@ def test_multihead_attention_backward_is_measured_as_it_runs_unmetered():
         _assert_matches(profile, ops, m)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", strategy_names("graph") or ["<none registered>"])
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_registered_graph_strategies_replay(name, strategy):
@@ -194,6 +199,7 @@ def test_registered_graph_strategies_replay(name, strategy):
     assert ran >= (2 if options else 1)
 
 
+@pytest.mark.slow
 def test_a_training_loop_uses_it_like_the_model():
     base, x, profile = _setup("resnet")
     model, reference = copy.deepcopy(base), copy.deepcopy(base)
@@ -214,6 +220,7 @@ def test_a_training_loop_uses_it_like_the_model():
         assert torch.equal(wrapped(x), reference(x))  # no_grad runs the plain model
 
 
+@pytest.mark.slow
 def test_mismatched_schedule_profile_or_model_is_refused():
     base, x, profile = _setup("resnet")
     _, _, other = _setup("unet")
@@ -237,6 +244,7 @@ def test_mismatched_schedule_profile_or_model_is_refused():
         GraphReplay(base, ops, bare)
 
 
+@pytest.mark.slow
 def test_a_chain_model_solved_both_ways():
     """Chain DP + chain replay and graph ILP + graph replay on the same chain model, same budget:
     both give the plain model's gradients, and both replays' measured peaks are within the budget

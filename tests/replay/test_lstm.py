@@ -53,6 +53,7 @@ def _gradients(model: UnrolledLSTM, run, state: torch.Tensor, weight: torch.Tens
     return [p.grad.clone() for p in model.cell.parameters()] + [leaf.grad]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("strategy", "options"), [("chen-sqrt", {}), ("revolve", {"checkpoints": 3}), ("optimal", {})])
 def test_schedules_replay_within_one_percent_with_the_plain_loops_gradients(strategy, options) -> None:
     model = UnrolledLSTM(120, 4, 8, 16)

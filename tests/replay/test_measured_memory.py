@@ -34,6 +34,7 @@ def resnet18_b8():
     return model, x, profile_chain(model, x, repeats=1, warmup=1)
 
 
+@pytest.mark.slow
 def test_resnet18_prediction_within_2_percent_of_the_allocator(resnet18_b8):
     model, x, profile = resnet18_b8
     reference = store_all_peak(profile)
@@ -144,6 +145,7 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.mark.slow
 def test_resnet18_graph_schedules_predict_the_allocator_within_0_12_percent(one_thread):
     """The graph side judged like the chain side: a graph profile's overheads are the allocator's
     (kernel buffers included), so at store-all, Chen's greedy and the ILP at a tight budget the

@@ -90,6 +90,7 @@ def test_batchnorm_statistics_are_updated_once_with_a_conv_option():
         assert torch.equal(a, b)
 
 
+@pytest.mark.slow
 def test_the_peak_with_measured_options_is_within_2_percent_of_the_prediction():
     model, x = _gpt(), _input()
     profile = profile_chain(model, x, repeats=1, warmup=1, options=True)
@@ -145,6 +146,7 @@ def test_an_option_without_a_policy_or_without_the_profile_is_refused():
         RematChain(model, ops, odd)
 
 
+@pytest.mark.slow
 def test_remat_profile_options_writes_options(tmp_path, capsys):
     out = tmp_path / "p.json"
     argv = ["profile", "--model", "remat.zoo.small:transformer", "--input-shape", "2,16,32"]

@@ -63,6 +63,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_store_all_measures_like_the_plain_step_and_predictions_like_the_allocator(case):
     factory, inputs, fused = CASES[case]

@@ -92,6 +92,7 @@ def test_a_wrong_compiled_stage_is_refused_with_its_name():
         compile_chain(model, x, backend=_wrong_backend)
 
 
+@pytest.mark.slow
 def test_the_tolerance_is_relative_to_the_tensors_scale():
     """A wrong backend's 1e-2 shift passes a tolerance above it, relative to the outputs' scale."""
     torch._dynamo.reset()
@@ -101,6 +102,7 @@ def test_the_tolerance_is_relative_to_the_tensors_scale():
         compile_chain(model, x, backend=_wrong_backend, tolerance=1e-6)
 
 
+@pytest.mark.slow
 def test_profiles_and_chains_must_agree_on_compilation():
     torch._dynamo.reset()
     model, x = _gpt(), _input()
@@ -116,6 +118,7 @@ def test_profiles_and_chains_must_agree_on_compilation():
         RematChain(compiled, solve(eager_profile, store_all_peak(eager_profile), "optimal").ops, eager_profile)
 
 
+@pytest.mark.slow
 def test_an_unchecked_option_is_refused():
     torch._dynamo.reset()
     model, x = _gpt(), _input()
@@ -151,6 +154,7 @@ def _replay_checks(model: nn.Module, compiled, x: torch.Tensor, profile) -> None
         assert predicted * 0.98 <= measured + profile.input_size <= predicted * 1.02 + extra, ops
 
 
+@pytest.mark.slow
 def test_eager_backend_replays_exactly_and_never_recompiles():
     """dynamo's eager backend runs the same kernels: the plumbing (grad modes, options, replay)
     without a C compiler. After compile_chain's check, profiling and replay add no graph."""
@@ -164,6 +168,7 @@ def test_eager_backend_replays_exactly_and_never_recompiles():
     assert _unique_graphs() == graphs
 
 
+@pytest.mark.slow
 @needs_inductor
 def test_inductor_stages_replay_within_tolerance_and_the_allocator_meets_the_prediction():
     torch._dynamo.reset()
@@ -177,6 +182,7 @@ def test_inductor_stages_replay_within_tolerance_and_the_allocator_meets_the_pre
     assert _unique_graphs() == graphs
 
 
+@pytest.mark.slow
 @needs_inductor
 def test_checkpoint_compile_trains_a_cut_model_within_tolerance():
     """``remat.checkpoint(..., compile=True)``: a model cut from its traced step, compiled stages,
@@ -195,6 +201,7 @@ def test_checkpoint_compile_trains_a_cut_model_within_tolerance():
     assert _close([leaf.grad, *(p.grad for p in model.parameters())], want, TOLERANCE)
 
 
+@pytest.mark.slow
 @needs_inductor
 def test_inductor_dropout_draws_other_numbers_and_is_refused():
     """Inductor's random ops use its own generator: a stage with active dropout is refused."""
@@ -217,6 +224,7 @@ def _cli(argv: list[str], capsys) -> tuple[int, str, str]:
 _MLP = ["--model", "remat.zoo.small:mlp", "--input-shape", "16,64", "--device", "cpu"]
 
 
+@pytest.mark.slow
 @needs_inductor
 def test_cli_profiles_and_executes_compiled_stages_and_refuses_a_mixed_pair(tmp_path, capsys):
     """``remat profile --compile`` writes a compiled profile; ``remat execute --compile`` replays a

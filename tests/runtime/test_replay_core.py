@@ -285,6 +285,7 @@ def _held_after_forward(module: nn.Module, inp: torch.Tensor) -> int:
     return held
 
 
+@pytest.mark.slow
 def test_graph_store_all_holds_what_the_plain_step_holds():
     """A piece output nobody saves (the last BatchNorm's before the residual add, the downsample
     branch's, a qkv projection read through copies) joins its reader's piece, so store-all does

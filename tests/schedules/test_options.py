@@ -166,6 +166,7 @@ def _chains_with_options(draw):
 _SCHEDULES = (store_all, recompute_all, mixed, lambda n: segments(n, [n // 2]))
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(_chains_with_options(), st.sampled_from(_SCHEDULES), st.data())
 def test_an_option_costs_what_the_same_stage_with_its_fields_would(profile, make_ops, data):

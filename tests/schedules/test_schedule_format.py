@@ -27,6 +27,7 @@ def _outcome(parse, raw):
         return str(error)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(raw=st.lists(ops, max_size=12))
 def test_bulk_check_agrees_with_the_op_by_op_check(raw):

@@ -22,6 +22,7 @@ def test_schemas_are_valid_draft_2020_12():
         jsonschema.Draft202012Validator.check_schema(load_schema(name))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.json")), ids=lambda p: p.name)
 def test_every_example_satisfies_its_schema(path):
     data = json.loads(path.read_text())

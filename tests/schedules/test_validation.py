@@ -302,6 +302,7 @@ def test_cli_errors_are_one_line_exit_2(tmp_path, capsys, args, expected):
     assert "Traceback" not in out + err
 
 
+@pytest.mark.slow
 def test_cli_subprocess_no_traceback(tmp_path):
     """The real entry point (``python -m remat``): bad profile and bad argument, exit 2, one line."""
     profile = _write(tmp_path, _set(_chain(), ("stages", 3, "saved_size"), 9))

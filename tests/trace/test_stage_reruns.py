@@ -56,6 +56,7 @@ def test_a_no_grad_region_inside_a_stage_does_not_turn_grad_on_in_a_no_grad_forw
         assert wrapped.chain.stages[0](x.detach().requires_grad_()).grad_fn is not None
 
 
+@pytest.mark.slow
 def test_at_the_least_budget_the_allocator_stays_within_the_prediction():
     model, x = _toggling_model(), torch.randn(16, 64)
     loss = lambda out: out.square().mean()  # noqa: E731

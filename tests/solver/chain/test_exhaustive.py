@@ -159,6 +159,7 @@ def test_search_agrees_with_the_simulator():
     assert checked > 25
 
 
+@pytest.mark.slow
 def test_dp_equals_persistent_optimum_when_sizes_are_slot_multiples():
     """Slot = 1 byte (slots = budget - input): the DP is the exact persistent optimum, never below
     the true optimum, and infeasible exactly when no persistent schedule exists."""
@@ -175,6 +176,7 @@ def test_dp_equals_persistent_optimum_when_sizes_are_slot_multiples():
     assert seen > 60
 
 
+@pytest.mark.slow
 def test_dp_equals_persistent_optimum_with_nograd_overheads():
     """Stages whose non-recording forward (F_ck/F_n) has its own transient: over every integer
     budget, the DP (which reads it for its checkpointing forwards) is still the exact persistent
@@ -199,6 +201,7 @@ def test_dp_equals_persistent_optimum_with_nograd_overheads():
     assert differs >= 3  # the field changed the answer often enough for this to test something
 
 
+@pytest.mark.slow
 def test_dp_never_below_true_optimum_with_coarse_slots():
     """With coarse slots (rounding up bites) the DP may be slower but never faster than possible,
     and its schedule still fits the real budget (make_schedule checks it)."""
@@ -212,6 +215,7 @@ def test_dp_never_below_true_optimum_with_coarse_slots():
             assert dp >= true.cost - 1e-9
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [6])
 def test_six_stages(n):
     rng = random.Random(n)

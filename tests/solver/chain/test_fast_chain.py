@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -71,6 +72,7 @@ def _compare(profile: ChainProfile, ops: list) -> bool:
     return reference is not None
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(profile=chains(), seed=st.integers(0, 2**32))
 def test_fast_equals_reference_on_valid_and_corrupted_schedules(profile, seed):
@@ -113,6 +115,7 @@ def test_huge_sizes_fall_back_to_python_integers():
     assert result.peak_memory > 2**71
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(profile=chains(), seed=st.integers(0, 2**32))
 def test_compiled_checkpoint_count_equals_the_python_count(profile, seed):

@@ -176,6 +176,7 @@ def test_sizes_past_int64_are_a_clean_error():
     check_schedule(profile, schedule)
 
 
+@pytest.mark.slow
 def test_wide_decisions_fill_the_same_table():
     """int32 decisions (used from 32,767 stages on) give the same table as int16."""
     from remat.solver.chain.dp import table as optimal_table

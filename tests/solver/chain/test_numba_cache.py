@@ -43,6 +43,7 @@ def _run(install: Path, tmpdir: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, cwd=install)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "getuid"), reason="per-user cache directories need POSIX uids")
 def test_no_cache_anywhere_falls_back_to_an_uncached_compile(tmp_path):
     install, blocked = _unwritable_install(tmp_path)
@@ -54,6 +55,7 @@ def test_no_cache_anywhere_falls_back_to_an_uncached_compile(tmp_path):
     assert home_cache_block.is_file()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "getuid"), reason="per-user cache directories need POSIX uids")
 def test_writable_temp_dir_becomes_a_private_cache(tmp_path):
     install, blocked = _unwritable_install(tmp_path)

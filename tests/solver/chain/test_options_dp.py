@@ -10,6 +10,7 @@ import math
 import random
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -208,6 +209,7 @@ def test_brute_force_agrees_with_the_simulator_on_a_hand_case():
     assert brute_force(profile.without_options(), 75) > 6.5
 
 
+@pytest.mark.slow
 def test_the_dp_is_the_persistent_optimum_over_options_on_tiny_chains():
     """One-byte slots (exact): at every integer budget of 3-4 stage chains (every fifth of 5), the DP's table equals
     the brute force's persistent optimum, and is infeasible exactly where the brute force is."""

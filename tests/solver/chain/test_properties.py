@@ -76,6 +76,7 @@ def test_every_chain_strategy_fits_or_says_why(name, profile, fraction):
     _check(profile, budget, name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(EXACT_MINIMUM & set(strategy_names("chain"))))
 @settings(max_examples=30, deadline=None)
 @given(profile=chains(max_length=8))
@@ -103,6 +104,7 @@ def test_forced_options(profile, data):
         assert schedule.extra["checkpoints"] == c
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(profile=chains())
 def test_store_all_is_fastest_and_recompute_all_has_most_forwards(profile):

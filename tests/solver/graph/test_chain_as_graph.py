@@ -137,6 +137,7 @@ def test_corresponding_operations_cost_the_same(seed, make_ops):
     assert plan_from_ops(graph, chain_ops_to_graph_ops(chain, graph, ops)) is not None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(5))
 def test_graph_ilp_at_most_chain_optimum(seed):
     """At every feasible budget step the ILP on the chain's graph is at most the brute-force
@@ -158,6 +159,7 @@ def test_graph_ilp_at_most_chain_optimum(seed):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif("optimal" not in strategy_names("chain"), reason="the chain DP 'optimal' is not on this branch")
 @pytest.mark.parametrize("seed", range(6))
 def test_graph_ilp_against_chain_dp(seed):

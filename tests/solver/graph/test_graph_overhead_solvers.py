@@ -45,6 +45,7 @@ def _store_all_peak(profile: GraphProfile) -> int:
     return solve(profile, 2**62, "store-all").predicted.peak_memory
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(6))
 def test_ilp_with_overheads_equals_brute_force(seed):
     profile = with_overheads(random_graph(6, seed), seed)
@@ -94,6 +95,7 @@ def once_graph(seed: int) -> GraphProfile:
     return GraphProfile(f"once-{seed}", tuple(nodes), tuple(sorted(edges)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(5))
 def test_strategies_never_recompute_a_node_that_cannot_be(seed):
     profile = once_graph(seed)

@@ -140,6 +140,7 @@ def _best_by_simulation(profile, solved, budget):
     return best
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None)
 @given(seed=st.integers(0, 10_000))
 def test_dp_equals_brute_force_over_block_schedules_with_one_byte_slots(seed):
@@ -184,6 +185,7 @@ def _check(profile: GraphProfile, budget: int) -> float | None:
     return result.compute_ms
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10_000), blocks=st.integers(1, 6), fraction=st.floats(0.0, 1.2))
 def test_valid_within_budget_and_store_all_when_it_fits(seed, blocks, fraction):
@@ -210,6 +212,7 @@ def test_random_dags_never_beat_the_true_optimum(seed, n):
         assert optimum is not None and ms >= optimum - 1e-9
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10_000), blocks=st.integers(2, 6), fraction=st.floats(0.0, 0.9))
 def test_warm_start_plan_is_a_valid_rs_plan_of_the_same_cost(seed, blocks, fraction):
@@ -232,6 +235,7 @@ def test_budget_monotone_on_an_autograd_graph():
     assert all(a >= b - 1e-9 for a, b in itertools.pairwise(times))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["vgg16", "resnet50"])
 def test_bundled_graphs_beat_chen_greedy_and_give_an_ilp_warm_start(name):
     profile = load_profile(EXAMPLES / f"graph_{name}.json")
@@ -276,6 +280,7 @@ def test_dp_decisions_encode_checkpoints_above_options():
 # -- CLI, pareto, executor ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cli_solve_and_refusal(tmp_path):
     import json
     import subprocess
@@ -311,6 +316,7 @@ def test_pareto_front_lists_hierarchical():
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["resnet", "transformer"])
 def test_replays_on_a_real_model_with_equal_gradients_and_predicted_peak(name):
     import copy

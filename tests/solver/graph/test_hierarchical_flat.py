@@ -48,6 +48,7 @@ def test_never_slower_than_its_start_nor_faster_than_the_optimum(seed, n, fracti
     assert optimum is not None and found.cost_ms(profile) >= optimum - 1e-9
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 10_000), forward=st.integers(8, 14), fraction=st.floats(0.1, 0.9))
 def test_from_the_leanest_plan_of_a_skip_graph_it_keeps_what_fits(seed, forward, fraction):
@@ -62,6 +63,7 @@ def test_from_the_leanest_plan_of_a_skip_graph_it_keeps_what_fits(seed, forward,
         assert found.cost_ms(profile) == pytest.approx(profile.store_all_compute_ms)
 
 
+@pytest.mark.slow
 def test_unet_at_half_of_store_all_gets_faster_than_the_block_schedule(monkeypatch):
     profile = load_profile(EXAMPLES / "graph_unet.json")
     budget = plan_peak(profile, store_all_plan(profile)) // 2
@@ -77,6 +79,7 @@ def test_unet_at_half_of_store_all_gets_faster_than_the_block_schedule(monkeypat
     assert schedule.predicted.compute_ms == pytest.approx(found.cost_ms(profile))
 
 
+@pytest.mark.slow
 def test_no_work_or_no_time_returns_the_start(monkeypatch):
     profile = load_profile(EXAMPLES / "graph_unet.json")
     start = _lean_plan(profile)
@@ -87,6 +90,7 @@ def test_no_work_or_no_time_returns_the_start(monkeypatch):
     assert flat_search(profile, budget, start) is start
 
 
+@pytest.mark.slow
 def test_cli_says_which_steps_found_the_schedule(capsys):
     from remat.cli import main
 

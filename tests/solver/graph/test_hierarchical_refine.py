@@ -80,6 +80,7 @@ def test_neighbours_keep_the_output_and_differ_by_one_or_two_nodes(seed, forward
     assert [len(other ^ kept) for other in found[: forward - 1]] == [1] * (forward - 1)  # toggles first
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 10_000), forward=st.integers(EXHAUSTIVE_NODES + 3, EXHAUSTIVE_NODES + 4))
 @pytest.mark.parametrize("fraction", [0.15, 0.5, 0.85])
@@ -101,6 +102,7 @@ def test_search_runs_on_a_big_block_and_never_loses(seed, forward, fraction):
     assert plan.cost_ms(profile) == pytest.approx(schedule.predicted.compute_ms)
 
 
+@pytest.mark.slow
 @settings(max_examples=10, deadline=None)
 @given(seed=st.integers(0, 10_000))
 def test_search_from_a_poor_sample_never_loses_and_stays_within_budget(seed):
@@ -147,6 +149,7 @@ def test_no_work_no_change(monkeypatch):
     assert schedule.predicted.compute_ms == pytest.approx(dp_alone(profile, budget))
 
 
+@pytest.mark.slow
 def test_unet_at_half_of_store_all_gets_faster():
     """U-Net's skips make a 26-node block; its sampled kept sets miss what 50% needs."""
     profile = load_profile(EXAMPLES / "graph_unet.json")
@@ -156,6 +159,7 @@ def test_unet_at_half_of_store_all_gets_faster():
     assert schedule.predicted.compute_ms < 0.97 * dp_alone(profile, budget)
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 10_000))
 def test_policy_neighbours_move_one_recomputed_node_or_the_kept_set(seed):

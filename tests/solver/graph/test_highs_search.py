@@ -94,6 +94,7 @@ def test_highs_optimum_is_the_brute_force_optimum(seed, where):
     assert profile.store_all_compute_ms <= found.lower_bound_ms <= expected + 1e-9
 
 
+@pytest.mark.slow
 def test_the_bound_is_below_every_schedule_and_agrees_with_cp_sat():
     profile, budget = _chain_graph(16, seed=2)
     start = best_baseline_plan(profile, budget)[1]
@@ -114,6 +115,7 @@ def _fake_child(tmp_path, monkeypatch, body: str):
     monkeypatch.setattr(highs_search, "CHILD", script)
 
 
+@pytest.mark.slow
 def test_a_child_that_fails_is_said_plainly_and_the_ilp_still_answers(tmp_path, monkeypatch):
     failing = "print('first line', file=sys.stderr)\nprint('boom', file=sys.stderr)\nsys.exit(3)"
     _fake_child(tmp_path, monkeypatch, failing)
@@ -127,6 +129,7 @@ def test_a_child_that_fails_is_said_plainly_and_the_ilp_still_answers(tmp_path, 
     assert schedule.extra["lower_bound_ms"] <= schedule.predicted.compute_ms + 1e-9
 
 
+@pytest.mark.slow
 def test_a_child_past_its_deadline_is_killed_in_time(tmp_path, monkeypatch):
     _fake_child(tmp_path, monkeypatch, "time.sleep(60)")
     profile, budget = _chain_graph(12, seed=4)
@@ -136,6 +139,7 @@ def test_a_child_past_its_deadline_is_killed_in_time(tmp_path, monkeypatch):
     assert time.perf_counter() - started <= 3 + GRACE_SECONDS + 1.0
 
 
+@pytest.mark.slow
 def test_a_child_with_no_bound_is_given_up_early(tmp_path, monkeypatch):
     _fake_child(tmp_path, monkeypatch, "time.sleep(60)")
     profile, budget = _chain_graph(12, seed=4)
@@ -145,6 +149,7 @@ def test_a_child_with_no_bound_is_given_up_early(tmp_path, monkeypatch):
     assert "no bound after 2 s" in found.detail and time.perf_counter() - started < 10
 
 
+@pytest.mark.slow
 def test_a_killed_child_still_gives_the_last_bound_it_wrote(tmp_path, monkeypatch):
     body = (
         "import os\nimport numpy as np\n"
@@ -159,6 +164,7 @@ def test_a_killed_child_still_gives_the_last_bound_it_wrote(tmp_path, monkeypatc
     assert found.lower_bound_ms == pytest.approx(profile.store_all_compute_ms + 123 / model.scale)
 
 
+@pytest.mark.slow
 def test_the_ilp_takes_highs_optimum_when_it_proves_one(monkeypatch):
     """With CP-SAT's quick try out of the way, HiGHS proves this graph's optimum (CP-SAT alone does
     not in 30 s): the answer says optimal, and it is within CP-SAT's own best and bound."""

@@ -54,6 +54,7 @@ def test_hand_graph_optimum():
     assert error.value.min_budget == 300
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(6))
 def test_ilp_equals_brute_force(seed):
     """On random 6-node DAGs at every budget step: the ILP's optimum equals the brute-force
@@ -135,6 +136,7 @@ def test_solver_memory_variables_match_simulator(seed):
     assert result.free_matches  # the solver's FREE is where the decoded ops free
 
 
+@pytest.mark.slow
 def test_time_limited_solve_returns_a_feasible_schedule():
     """A 40-node graph with a tiny time limit: still a valid schedule no worse than the warm start,
     with a lower bound not above it."""
@@ -158,6 +160,7 @@ def test_time_limited_solve_returns_a_feasible_schedule():
     assert 0.0 <= schedule.extra["gap"] <= 1.0
 
 
+@pytest.mark.slow
 def test_cli_solve_ilp(tmp_path, capsys):
     stages = tuple(Stage(f"s{i}", 1.0 + i % 2, 2.0, 64 * (1 + i % 3), 64 * (1 + i % 3)) for i in range(6))
     profile = chain_to_graph(ChainProfile("c6", 64, stages))

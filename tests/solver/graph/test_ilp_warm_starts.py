@@ -30,6 +30,7 @@ def _chain_graph(stages: int = 20, seed: int = 5):
     return profile, int(plan_peak(profile, store_all_plan(profile)) * 0.5)
 
 
+@pytest.mark.slow
 def test_a_provided_plan_is_the_hint_and_the_answer_is_never_worse():
     profile, budget = _chain_graph()
     best = solve(profile, budget, "ilp", time_limit=20, workers=2)
@@ -52,6 +53,7 @@ def test_a_provided_plan_is_the_hint_and_the_answer_is_never_worse():
     assert "warm_start prior" in schedule.extra["phases_seconds"]
 
 
+@pytest.mark.slow
 def test_the_module_list_is_the_default(monkeypatch):
     """The coordinator adds the hierarchical solver to ``ilp.WARM_STARTS``: the default reads it."""
     profile, budget = _chain_graph()
@@ -64,6 +66,7 @@ def test_the_module_list_is_the_default(monkeypatch):
     assert seen == []
 
 
+@pytest.mark.slow
 def test_a_plan_over_the_budget_is_ignored_and_an_invalid_one_is_a_bug():
     profile, budget = _chain_graph()
     over = store_all_plan(profile)
@@ -76,6 +79,7 @@ def test_a_plan_over_the_budget_is_ignored_and_an_invalid_one_is_a_bug():
         ilp.solve(profile, budget, time_limit=5, workers=1, warm_starts=[("broken", lambda g, b, d: broken)])
 
 
+@pytest.mark.slow
 def test_moccasin_searches_while_highs_runs_then_cp_sat_from_the_best_plan():
     profile, budget = _chain_graph(30, seed=5)
     schedule = ilp.solve(profile, budget, time_limit=20, workers=2)
@@ -107,6 +111,7 @@ def test_plan_from_ops_reads_back_the_plan_with_its_frees():
     assert again == plan and plan_peak(profile, again) == plan_peak(profile, plan)
 
 
+@pytest.mark.slow
 def test_moccasin_beside_highs_wins_when_faster(monkeypatch):
     """With Checkmate's searches out of the way, the schedule Moccasin found beside HiGHS is the
     answer when it beats the warm start; it is simulator-checked and its bound is the HiGHS-side one."""
@@ -136,6 +141,7 @@ def test_moccasin_beside_highs_wins_when_faster(monkeypatch):
     assert profile.store_all_compute_ms <= schedule.extra["lower_bound_ms"] <= schedule.predicted.compute_ms
 
 
+@pytest.mark.slow
 def test_default_providers_start_from_the_hierarchical_schedule(monkeypatch):
     """With no HiGHS and no CP-SAT search, the default warm starts alone decide: the answer is never
     slower than the hierarchical solver's own schedule at that budget."""

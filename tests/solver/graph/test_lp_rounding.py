@@ -97,6 +97,7 @@ def test_graph_front_keeps_failures_and_survives_an_unexpected_exception(monkeyp
     assert front.notes == ()  # these strategies leave no notes
 
 
+@pytest.mark.slow
 def test_graph_front_keeps_the_ilp_notes():
     from remat.schedules import load_profile
     from tests.conftest import EXAMPLES

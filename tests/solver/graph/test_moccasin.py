@@ -27,6 +27,7 @@ def _budgets(profile):
     return list(range(low, high + 64, 64))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(4))
 def test_enough_copies_give_the_optimum_over_every_op_order(seed):
     profile = random_graph(6, seed)
@@ -46,6 +47,7 @@ def test_enough_copies_give_the_optimum_over_every_op_order(seed):
         assert result.lower_bound_ms == pytest.approx(result.objective_ms, abs=1e-6)
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None)
 @given(st.integers(0, 10_000), st.integers(5, 9), st.floats(0.0, 1.0))
 def test_the_strategy_is_checked_and_never_worse_than_its_warm_start(seed, n, where):

@@ -103,6 +103,7 @@ def test_each_phase_gets_what_is_left_of_one_deadline(monkeypatch):
     assert schedule.extra["source"].startswith("warm start")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("limit", [1.0, 3.0])
 def test_ilp_on_resnet50_keeps_its_limit_and_says_when_it_is_too_short(limit):
     profile = load_profile(EXAMPLES / "graph_resnet50.json")
@@ -120,6 +121,7 @@ def test_ilp_on_resnet50_keeps_its_limit_and_says_when_it_is_too_short(limit):
     assert extra["source"].startswith("warm start") and "--time-limit" in extra["note"]
 
 
+@pytest.mark.slow
 def test_larger_generated_graph_within_its_limit():
     graph = chain_to_graph(random_chain(200, seed=1))  # 401 nodes
     budget = reference_peak(graph) // 2
