@@ -205,6 +205,12 @@ class _Step:
             self._run_observed(position, op)
         _, out = self.abar[self.n]
         # a_n stays in abar[n] until B n-1, as the chain model counts it (docs/executor.md, abar[n])
+        if out.dim() == 0 and out.untyped_storage().nbytes() > out.element_size():
+            # a scalar loss that is a view into its elementwise buffer (mse_loss reduces in place:
+            # 4 bytes on an 8 KiB storage): the caller holds the loss through its backward, so a
+            # view would keep that buffer past B n-1, where the chain model frees it. A copy holds
+            # one element.
+            return out.detach().clone()
         return out.detach()
 
     def backward_phase(self, grad_output: torch.Tensor, sink: GradSink) -> tuple[torch.Tensor | None]:
