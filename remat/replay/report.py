@@ -446,7 +446,9 @@ class Report:
         error = _relative(self.measured_tensor_peak, self.predicted_peak)
         rows = [("  live tensors", "", format_size(self.measured_tensor_peak), f"({100 * error:+.2f}%)")]
         if self.bookkeeping_peak:
-            rows.append(("  remat bookkeeping", "", format_size(self.bookkeeping_peak), "(not counted)"))
+            # the replay's copies of buffers and generator states, made once (a first measured
+            # step, warmup=0): its state across steps, like parameter gradients (docs/model.md)
+            rows.append(("  remat state (made once)", "", format_size(self.bookkeeping_peak), "(not counted)"))
         return rows
 
 
