@@ -254,7 +254,7 @@ class RematChain(nn.Module):
         self.backward_ops = self.ops[first_b:]
         forwards = Counter(op[1] for op in self.ops if op[0] != "B")
         self.recomputed = frozenset(i for i, count in forwards.items() if count > 1)
-        self.snapshots = BufferSnapshots()
+        self.snapshots = BufferSnapshots(count_rng_reads=True)  # the chain profile covers them
         # called as observer(position, op, index, "before" | "after") around every op (measurement)
         self.observer = None
 

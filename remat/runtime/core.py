@@ -88,9 +88,7 @@ class RngState:
 
     @staticmethod
     def current(devices: Sequence[torch.device]) -> RngState:
-        # counted, not untracked(): the step allocates these (a transient, copied into the
-        # persistent BufferSnapshots.rng copy at once), and the profile counts them as such
-        # (remat.profile.chain.recompute_bookkeeping_bytes)
+        # not untracked() here: BufferSnapshots.rng decides whether a step's read is counted
         cpu = torch.get_rng_state()
         states = tuple((d, _device_module(d).get_rng_state(d.index)) for d in devices)
         return RngState(cpu, states)
@@ -141,14 +139,20 @@ class BufferSnapshots:
     """Preallocated copies of each piece's buffers and RNG states (no allocation during a step
     once made: they are the replay's own state across steps, like parameter gradients)."""
 
-    def __init__(self) -> None:
+    def __init__(self, count_rng_reads: bool = False) -> None:
         self._snapshots: dict[int, list[torch.Tensor]] = {}
         self._rng: dict[Any, RngState] = {}
+        # True (the chain replay): the step's reads of the generators are counted, and the chain
+        # profile covers them (remat.profile.chain.with_recompute_bookkeeping); False (the graph
+        # replay, whose profile does not yet): made inside untracked(), set apart by the meters
+        self._rng_reads = contextlib.nullcontext if count_rng_reads else untracked
 
     def rng(self, key: Any, devices: Sequence[torch.device]) -> RngState:
         """The generators' states now, kept in ``key``'s preallocated copy (overwritten). Reading
         them allocates a transient (CPU: the 5,056-byte Mersenne twister state), freed here."""
-        kept = RngState.current(devices).copy_into(self._rng.get(key))
+        with self._rng_reads():
+            now = RngState.current(devices)
+        kept = now.copy_into(self._rng.get(key))
         self._rng[key] = kept
         return kept
 
@@ -203,7 +207,11 @@ class Recomputer:
         snaps = self._snapshots.get(key, buffers)
         for buffer, snap in zip(buffers, snaps, strict=True):
             snap.copy_(buffer.data)
-        rng_now = self._snapshots.rng("now", self.devices) if self._depth == 0 else RngState.current(self.devices)
+        if self._depth == 0:
+            rng_now = self._snapshots.rng("now", self.devices)
+        else:  # a recomputation inside another (not made by the replays): its own copy
+            with untracked():
+                rng_now = RngState.current(self.devices)
         self._depth += 1
         rng.restore()
         try:
