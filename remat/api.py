@@ -9,6 +9,8 @@ chain DP by default), and returns an ``nn.Module`` that trains by replaying it.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -16,6 +18,7 @@ import torch
 from torch import nn
 
 from remat.measure.memory import storage_bytes
+from remat.model_errors import where_in_model
 from remat.profile.chain import profile_chain
 from remat.replay.chain import RematChain
 from remat.replay.report import compare
@@ -27,10 +30,104 @@ from remat.solver.registry import solve
 from remat.trace.proof import cut_model
 
 
+def _count(name: str, value: Any, least: int) -> int:
+    """``value`` if it is an int of at least ``least``, else a one-line :class:`RematError`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise RematError(f"{name}: expected an integer >= {least}, got {value!r}")
+    return value
+
+
+def _strategy(name: Any) -> str:
+    """``name`` if it is a string (the registry refuses unknown names, listing the chain ones)."""
+    if not isinstance(name, str):
+        raise RematError(f"strategy: expected a chain strategy's name (a string), got {type(name).__name__}")
+    return name
+
+
+def _tensors(args: tuple, kwargs: dict) -> list[tuple[str, torch.Tensor]]:
+    named = [(f"argument {k}", v) for k, v in enumerate(args)] + [(f"'{k}'", v) for k, v in kwargs.items()]
+    return [(name, v) for name, v in named if isinstance(v, torch.Tensor)]
+
+
+def _check_inputs(model: nn.Module, args: tuple, kwargs: dict) -> None:
+    """Refuse, in one line, example inputs that the model's ``forward`` cannot take (count, names),
+    that hold no tensor, that live on the meta device or on another device than the parameters,
+    that are floating-point of another dtype than the floating-point parameters, or that hold
+    NaN/inf (the proof compares outputs bit for bit, and NaN equals nothing)."""
+    try:
+        inspect.signature(model.forward).bind(*args, **kwargs)
+    except TypeError as error:
+        raise RematError(f"example_inputs: {type(model).__name__}.forward cannot take them ({error})") from None
+    except ValueError:  # no signature to read (a builtin forward): the eager run below says it
+        pass
+    tensors = _tensors(args, kwargs)
+    if not tensors:
+        raise RematError("example_inputs: no tensor among them (the step is traced and measured on tensor inputs)")
+    params = [p for p in model.parameters()]
+    devices = {p.device for p in params}
+    floats = {p.dtype for p in params if p.is_floating_point()}
+    for name, t in tensors:
+        if t.device.type == "meta" or any(d.type == "meta" for d in devices):
+            raise RematError(
+                f"example_inputs: {name} or the model is on the meta device; remat.checkpoint measures the "
+                "step on a real device (use `remat plan --meta` to plan without one)"
+            )
+        if devices and t.device not in devices:
+            raise RematError(
+                f"example_inputs: {name} is on {t.device}, the model's parameters on {sorted(map(str, devices))[0]}"
+            )
+        if t.is_floating_point() and len(floats) == 1 and t.dtype not in floats:
+            raise RematError(
+                f"example_inputs: {name} is {t.dtype}, the model's parameters {next(iter(floats))}; "
+                "cast one to the other (or train under torch.autocast)"
+            )
+        if (t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(t).all()):
+            raise RematError(
+                f"example_inputs: {name} holds NaN or infinite values (the proof compares outputs bit for bit)"
+            )
+
+
+def _scalar_loss(loss: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``loss``, refusing in one line a result that is not a scalar tensor (the step calls
+    ``.backward()`` on it)."""
+
+    @functools.wraps(loss)
+    def checked(*args: Any) -> torch.Tensor:
+        out = loss(*args)
+        if not isinstance(out, torch.Tensor) or out.dim() != 0:
+            what = f"a tensor of shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+            raise RematError(f"loss: returned {what}; the loss must be a scalar tensor (reduce it, e.g. .mean())")
+        return out
+
+    return checked
+
+
+def _cut(model: nn.Module, args: tuple, kwargs: dict, loss: Any, target: Any) -> Any:
+    """:func:`cut_model`, with an exception raised inside the user's model (or loss) as one line
+    naming the stage, the module and the user's source line (:mod:`remat.model_errors`)."""
+    try:
+        return cut_model(model, args, kwargs, loss=loss, target=target)
+    except RematError:
+        raise
+    except Exception as error:  # noqa: BLE001 - only errors from running the user's code are turned into lines
+        where = where_in_model(error)
+        if where is None:
+            raise
+        where = where.replace("in TrainingStep", "in the loss")  # remat's wrapper of model + loss
+        lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+        shapes = ", ".join(f"{tuple(t.shape)} {t.dtype}" for _, t in _tensors(args, kwargs))
+        raise RematError(
+            f"model: running it on the example inputs ({shapes}) failed ({where}): "
+            f"{type(error).__name__}: {lines[0] if lines else '(no message)'}"
+        ) from None
+
+
 def _split_inputs(example_inputs: Any) -> tuple[tuple, dict]:
     if isinstance(example_inputs, torch.Tensor):
         return (example_inputs,), {}
     if isinstance(example_inputs, Mapping):
+        if not all(isinstance(k, str) for k in example_inputs):
+            raise RematError("example_inputs: a dict of keyword inputs needs string keys")
         return (), dict(example_inputs)
     if isinstance(example_inputs, (tuple, list)):
         return tuple(example_inputs), {}
@@ -43,6 +140,10 @@ def _split_inputs(example_inputs: Any) -> tuple[tuple, dict]:
 def resolve_budget(budget: int | float | str, store_all_peak: int) -> int:
     """Bytes from ``budget``: an int (bytes), a size string (``"6GiB"``, ``"40%"`` of the store-all
     peak) or a float in (0, 1] (a fraction of the store-all peak, in bytes)."""
+    if isinstance(budget, bool) or not isinstance(budget, (int, float, str)):
+        raise RematError(
+            f"budget: expected bytes (int), a size ('6GiB', '40%') or a fraction in (0, 1], got {budget!r}"
+        )
     if isinstance(budget, float):
         if not 0.0 < budget <= 1.0:
             raise RematError(f"budget: a float is a fraction of the store-all peak in (0, 1], got {budget}")
@@ -59,13 +160,16 @@ class RematModel(nn.Module):
     on the example input and puts them next to the prediction.
     """
 
-    def __init__(self, chain: Any, schedule: Schedule, profile: ChainProfile, example: tuple) -> None:
+    def __init__(
+        self, chain: Any, schedule: Schedule, profile: ChainProfile, example: tuple, loss_given: bool = False
+    ) -> None:
         super().__init__()
         self.chain = chain
         self.replay = RematChain(chain, schedule, profile)
         self.schedule = schedule
         self.profile = profile
         self._example = example
+        self._loss_given = loss_given
 
     def forward(self, *args: Any, target: Any = None, **kwargs: Any) -> torch.Tensor:
         return self.replay(self.chain.bind(*args, target=target, **kwargs))
@@ -73,15 +177,23 @@ class RematModel(nn.Module):
     def with_budget(self, budget: int | float | str, strategy: str | None = None) -> RematModel:
         """The same model, profile and example, solved again for another ``budget`` (no re-profiling)."""
         bytes_ = resolve_budget(budget, store_all_peak(self.profile))
-        schedule = solve(self.profile, bytes_, strategy or self.schedule.strategy)
-        return RematModel(self.chain, schedule, self.profile, self._example)
+        schedule = solve(self.profile, bytes_, _strategy(strategy or self.schedule.strategy))
+        return RematModel(self.chain, schedule, self.profile, self._example, self._loss_given)
 
     def report(self, steps: int = 3, warmup: int = 1) -> Any:
-        """Predicted vs measured peak memory (bytes) and step time (ms) on the example input
-        (:func:`remat.replay.report.compare`); print it with ``.table()``."""
+        """Predicted vs measured peak memory (bytes) and step time (ms) of the user's step on the
+        example input (:func:`remat.replay.report.compare`); print it with ``.table()``.
+
+        The step measured is the one this model trains (``Report.step``, a line of the table):
+        ``loss = self(x, target=y); loss.backward()`` with the ``loss=`` given (and its example
+        target), the model's own loss (Hugging Face ``labels``) held the same way, or, when the
+        step ends in the model's output, the documented default ``(self(x) * r).sum()``."""
+        _count("steps", steps, 1)
+        _count("warmup", warmup, 0)
         args, kwargs, target = self._example
         x = self.chain.bind(*args, target=target, **kwargs)
-        return compare(self.profile, self.schedule, self.replay, x, steps=steps, warmup=warmup)
+        kind = "loss" if self._loss_given else None
+        return compare(self.profile, self.schedule, self.replay, x, steps=steps, warmup=warmup, kind=kind)
 
 
 def _side_bytes(chain: Any, x: torch.Tensor) -> int:
@@ -121,8 +233,21 @@ def checkpoint(
     """
     if not isinstance(model, nn.Module):
         raise RematError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+    if not model.training:
+        raise RematError("model: in eval mode; call model.train() first (remat profiles and replays the training step)")
+    if loss is not None and not callable(loss):
+        raise RematError(f"loss: expected a callable loss(output) or loss(output, target), got {type(loss).__name__}")
+    if target is not None and loss is None:
+        raise RematError("target: given without loss= (the target is loss(output, target)'s second argument)")
+    if not isinstance(compile, bool):
+        raise RematError(f"compile: expected True or False, got {compile!r}")
+    _count("repeats", repeats, 1)
+    _count("warmup", warmup, 0)
+    _strategy(strategy)
+    resolve_budget(budget, 1)  # its form only (a size, a fraction): the bytes need the profile
     args, kwargs = _split_inputs(example_inputs)
-    chain = cut_model(model, args, kwargs, loss=loss, target=target)
+    _check_inputs(model, args, kwargs)
+    chain = _cut(model, args, kwargs, None if loss is None else _scalar_loss(loss), target)
     x = chain.bind(*args, target=target, **kwargs)
     if compile:
         chain = compile_chain(chain, x)
@@ -133,7 +258,7 @@ def checkpoint(
     metadata = {**profile.metadata, "cut": "traced (TorchDynamo), proven equal", "side_bytes": _side_bytes(chain, x)}
     profile = dataclasses.replace(profile, metadata=metadata)
     schedule = solve(profile, resolve_budget(budget, store_all_peak(profile)), strategy)
-    return RematModel(chain, schedule, profile, (args, kwargs, target))
+    return RematModel(chain, schedule, profile, (args, kwargs, target), loss_given=loss is not None)
 
 
 __all__ = ["RematModel", "checkpoint", "resolve_budget"]

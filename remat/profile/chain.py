@@ -48,7 +48,7 @@ from remat.measure.memory import allocated_bytes, storage_key, untracked
 from remat.measure.timing import StageTimer, time_ms
 from remat.profile.options import with_measured_options
 from remat.profile.stage import ModelState, existing_storages, record_and_backward_memory, recorded, run_backward
-from remat.runtime.core import grad_leaf
+from remat.runtime.core import RngState, accelerator_devices, grad_leaf, trainable_params
 from remat.schedules import ChainProfile, RematError, Stage
 from remat.trace.chain import Chain, as_chain
 
@@ -296,7 +296,51 @@ def profile_chain(
     )
     if options:
         profile = with_measured_options(chain, example_input, profile, repeats)
-    return profile
+    return with_recompute_bookkeeping(profile, recompute_bookkeeping_bytes(chain, example_input))
+
+
+def recompute_bookkeeping_bytes(chain: Chain, x: torch.Tensor) -> int:
+    """Bytes the allocator hands out when the replay reads the generators' states before a
+    forward of a recomputed stage (remat.runtime.core.BufferSnapshots.rng: CPU, a 5,056-byte
+    tensor; CUDA, the states are CPU tensors, 0 device bytes), measured once."""
+    if x.device.type == "meta":
+        return 0
+    devices = accelerator_devices([x, *trainable_params(chain.stages)])
+    with AllocatorMeter(x.device) as meter:
+        RngState.current(devices)
+    return int(meter.peak_bytes)
+
+
+def with_recompute_bookkeeping(profile: ChainProfile, nbytes: int) -> ChainProfile:
+    """``profile`` with every forward's transient covering the replay's read of the generators.
+
+    The replay reads them (``nbytes``, freed at once) before a forward of a recomputed stage runs,
+    when the memory is what the op starts with; the op's peak is then ``before + max(nbytes,
+    added + transient)`` (added: ``output_size`` for F_ck/F_n, ``saved_size`` for F_all), so a
+    transient of ``max(transient, nbytes - added)`` covers it in the chain model unchanged (docs/
+    model.md, "What remat allocates itself"). Only stages whose output is smaller than
+    ``nbytes`` change."""
+    if nbytes <= 0:
+        return profile
+
+    def cover(transient: int, added: int) -> int:
+        return max(transient, nbytes - added)
+
+    stages = []
+    for stage in profile.stages:
+        options = tuple(
+            dataclasses.replace(o, forward_overhead=cover(o.forward_overhead, o.saved_size)) for o in stage.options
+        )
+        stages.append(
+            dataclasses.replace(
+                stage,
+                forward_overhead=cover(stage.forward_overhead, stage.saved_size),
+                forward_nograd_overhead=cover(stage.nograd_overhead, stage.output_size),
+                options=options,
+            )
+        )
+    metadata = {**profile.metadata, "recompute_bookkeeping_bytes": int(nbytes)}
+    return dataclasses.replace(profile, stages=tuple(stages), metadata=metadata)
 
 
 def check_profile_matches(profile: ChainProfile, model: nn.Module | Chain, x: torch.Tensor) -> None:

@@ -205,6 +205,12 @@ class _Step:
             self._run_observed(position, op)
         _, out = self.abar[self.n]
         # a_n stays in abar[n] until B n-1, as the chain model counts it (docs/executor.md, abar[n])
+        if out.dim() == 0 and out.untyped_storage().nbytes() > out.element_size():
+            # a scalar loss that is a view into its elementwise buffer (mse_loss reduces in place:
+            # 4 bytes on an 8 KiB storage): the caller holds the loss through its backward, so a
+            # view would keep that buffer past B n-1, where the chain model frees it. A copy holds
+            # one element.
+            return out.detach().clone()
         return out.detach()
 
     def backward_phase(self, grad_output: torch.Tensor, sink: GradSink) -> tuple[torch.Tensor | None]:
@@ -248,7 +254,7 @@ class RematChain(nn.Module):
         self.backward_ops = self.ops[first_b:]
         forwards = Counter(op[1] for op in self.ops if op[0] != "B")
         self.recomputed = frozenset(i for i, count in forwards.items() if count > 1)
-        self.snapshots = BufferSnapshots()
+        self.snapshots = BufferSnapshots(count_rng_reads=True)  # the chain profile covers them
         # called as observer(position, op, index, "before" | "after") around every op (measurement)
         self.observer = None
 

@@ -10,9 +10,13 @@ state are outside it. Two readings (docs/executor.md, "Measurement"):
 * the **live-tensor** peak (:class:`~remat.measure.memory.StorageTracker` on CPU/meta; on CUDA the
   allocator again), which explains where the memory went but misses kernel-internal buffers.
 
-The step is ``loss = (wrapped(x) * r).sum(); loss.backward()`` with a fixed random ``r``: its
-product is freed before the backward, and autograd hands the Function a full-size output gradient
-g[n], as the chain model assumes.
+The measured step is the user's (:data:`STEPS`, docs/executor.md "Measurement"): when the chain
+ends in a loss (``loss=`` given to :func:`remat.checkpoint`, or the model's own loss, e.g. Hugging
+Face with ``labels``) it is ``loss = wrapped(x); loss.backward()``, the loss held through the
+backward as a training loop holds it; otherwise (the chain ends in the model's output) the
+documented default ``loss = (wrapped(x) * r).sum(); loss.backward()`` with a fixed random ``r``
+(the proof's step): its product is freed before the backward, and autograd hands the Function a
+full-size output gradient g[n], as the chain model assumes. The report names the step it measured.
 
 Units: bytes and milliseconds.
 """
@@ -53,7 +57,8 @@ class Measurement:
     peak (max over steps; None if not measured); ``step_ms``: the fastest step; ``timeline`` / ``tensor_timeline``:
     the allocator's / the tracker's readings around each op of the step with the largest peak;
     ``bookkeeping_peak``: the most bytes the replay's own bookkeeping (RNG snapshots, made inside
-    ``untracked()``) held at once, which the allocator saw and the two peaks leave out (CPU).
+    ``untracked()``) held at once, which the allocator saw and the two peaks leave out (CPU);
+    ``step``: the :data:`STEPS` kind measured.
     """
 
     peak_memory: int
@@ -64,6 +69,7 @@ class Measurement:
     tensor_peak: int | None = None
     tensor_timeline: tuple[OpRecord, ...] = ()
     bookkeeping_peak: int = 0
+    step: str = "output"
 
 
 def prepare_grads(module: torch.nn.Module) -> None:
@@ -79,15 +85,35 @@ def prepare_grads(module: torch.nn.Module) -> None:
                     p.grad.zero_()
 
 
+# What a report's step differentiates, by kind: the text its table prints and its JSON holds.
+STEPS = {
+    "loss": "your loss (loss=): loss = wrapped(x, target=y); loss.backward()",
+    "model loss": "the model's own loss (e.g. labels=): loss = wrapped(...); loss.backward()",
+    "output": "default (no loss in the step): (wrapped(x) * r).sum().backward(), r fixed random; pass loss= for yours",
+}
+
+
 def loss_step(
-    wrapped: torch.nn.Module, inputs: Sequence[torch.Tensor], weights: list[torch.Tensor]
+    wrapped: torch.nn.Module, inputs: Sequence[torch.Tensor], weights: list[torch.Tensor], kind: str = "output"
 ) -> Callable[[], None]:
-    """One training step ``loss = (wrapped(*inputs) * r).sum(); loss.backward()``. ``r`` is
-    ``weights[0]``, drawn at random (untracked) after the first forward when ``weights`` is empty,
-    so autograd hands the replay a full-size output gradient."""
+    """One training step of :data:`STEPS` kind ``kind`` (``"auto"``: ``"model loss"`` when the
+    output is a scalar, else ``"output"``; the kind run is ``step.kind``). A loss (``"loss"``,
+    ``"model loss"``: the chain's scalar output) is held through its ``backward()``, as a training
+    loop holds it. The default (``"output"``) differentiates ``(wrapped(*inputs) * r).sum()``; ``r``
+    is ``weights[0]``, drawn at random (untracked) after the first forward when ``weights`` is
+    empty, so autograd hands the replay a full-size output gradient."""
+    if kind not in STEPS and kind != "auto":
+        raise RematError(f"step: unknown kind {kind!r} (one of {', '.join(STEPS)}, auto)")
 
     def step() -> None:
         out = wrapped(*inputs)
+        if step.kind == "auto":
+            step.kind = "model loss" if out.dim() == 0 else "output"
+        if step.kind != "output":
+            if out.dim() != 0:
+                raise RematError(f"step: the {step.kind} must be a scalar, got shape {tuple(out.shape)}")
+            out.backward()
+            return
         if not weights:
             with untracked():
                 weights.append(torch.randn_like(out))
@@ -95,6 +121,7 @@ def loss_step(
         del out
         loss.backward()
 
+    step.kind = kind
     return step
 
 
@@ -126,6 +153,7 @@ def measure_steps(
     timeline: bool = True,
     timed: bool = True,
     weight: torch.Tensor | None = None,
+    kind: str = "output",
 ) -> Measurement:
     """Run ``warmup`` + ``steps`` training steps (forward + backward, no optimizer) and measure them.
 
@@ -137,13 +165,14 @@ def measure_steps(
     autograd stops adding gradients in place (see :func:`meter_step`), so the allocator would
     see more than the step allocates without it. Time is the fastest of ``steps`` separate,
     unmetered runs, so no meter's bookkeeping is timed (``timed=False`` skips them: ``step_ms``
-    is then NaN). ``weight`` is the loss weight ``r`` (default: random, drawn after the first
-    forward). ``warmup=0`` measures the very first step.
+    is then NaN). ``kind`` is the :data:`STEPS` step measured; ``weight`` the default step's loss
+    weight ``r`` (default: random, drawn after the first forward). ``warmup=0`` measures the very
+    first step.
     """
     device = x.device
     wrapped.train()
     input_bytes = allocation_size(x.untyped_storage().nbytes(), device)
-    step = loss_step(wrapped, (x,), [] if weight is None else [weight])
+    step = loss_step(wrapped, (x,), [] if weight is None else [weight], kind)
 
     warm_up(wrapped, step, max(0, warmup))
     peak, bookkeeping, records = -1, 0, ()
@@ -164,6 +193,7 @@ def measure_steps(
         tensor_peak=tracker.peak_bytes + input_bytes,
         tensor_timeline=_op_records(tracker, ops, input_bytes),
         bookkeeping_peak=bookkeeping,
+        step=step.kind,
     )
 
 
@@ -321,7 +351,8 @@ class Report:
 
     ``measured_peak`` is the allocator's peak (what the prediction is judged against);
     ``measured_tensor_peak`` the live-tensor tracker's, when measured; ``bookkeeping_peak`` what
-    the replay's own bookkeeping (RNG snapshots) held at most, left out of both (bytes).
+    the replay's own bookkeeping (RNG snapshots) held at most, left out of both (bytes);
+    ``step`` the :data:`STEPS` kind of the measured step.
     """
 
     strategy: str
@@ -337,6 +368,12 @@ class Report:
     metadata: dict[str, Any] = field(default_factory=dict)
     measured_tensor_peak: int | None = None
     bookkeeping_peak: int = 0
+    step: str = "output"
+
+    @property
+    def step_text(self) -> str:
+        """What the measured step differentiates (:data:`STEPS`)."""
+        return STEPS.get(self.step, self.step)
 
     @property
     def peak_error(self) -> float:
@@ -354,6 +391,7 @@ class Report:
             "budget": self.budget,
             "device": self.device,
             "steps": self.steps,
+            "step": {"kind": self.step, "differentiates": self.step_text},
             "peak_memory": {
                 "predicted": self.predicted_peak,
                 "measured": self.measured_peak,
@@ -398,6 +436,7 @@ class Report:
         widths = [max(len(r[c]) for r in rows) for c in range(4)]
         lines = [f"strategy {self.strategy}, budget {format_size(self.budget)}, {self.device}, {self.steps} steps"]
         lines += ["  ".join(cell.ljust(widths[c]) for c, cell in enumerate(row)).rstrip() for row in rows]
+        lines.append(f"step: {self.step_text}")
         lines.append("measured: the allocator's peak, kernel buffers included; live tensors: a tensor count")
         return "\n".join(lines)
 
@@ -407,7 +446,9 @@ class Report:
         error = _relative(self.measured_tensor_peak, self.predicted_peak)
         rows = [("  live tensors", "", format_size(self.measured_tensor_peak), f"({100 * error:+.2f}%)")]
         if self.bookkeeping_peak:
-            rows.append(("  remat bookkeeping", "", format_size(self.bookkeeping_peak), "(not counted)"))
+            # the replay's copies of buffers and generator states, made once (a first measured
+            # step, warmup=0): its state across steps, like parameter gradients (docs/model.md)
+            rows.append(("  remat state (made once)", "", format_size(self.bookkeeping_peak), "(not counted)"))
         return rows
 
 
@@ -423,6 +464,7 @@ def build_report(
     metadata: dict[str, Any],
     measured_tensor_peak: int | None,
     bookkeeping_peak: int,
+    step: str = "output",
 ) -> Report:
     """The :class:`Report` of ``schedule``: the simulator's ``predicted`` run (its peak, time and
     per-op timeline) next to what was measured (bytes, milliseconds); the chain's :func:`compare`
@@ -441,18 +483,27 @@ def build_report(
         metadata=metadata,
         measured_tensor_peak=measured_tensor_peak,
         bookkeeping_peak=bookkeeping_peak,
+        step=step,
     )
 
 
 def compare(
-    profile: ChainProfile, schedule: Schedule, wrapped: RematChain, x: torch.Tensor, steps: int = 3, warmup: int = 1
+    profile: ChainProfile,
+    schedule: Schedule,
+    wrapped: RematChain,
+    x: torch.Tensor,
+    steps: int = 3,
+    warmup: int = 1,
+    kind: str | None = None,
 ) -> Report:
     """Measure ``steps`` steps of ``wrapped`` on ``x`` and put them next to the simulator's prediction.
 
-    A profile measured on another model or input is refused (:func:`check_profile_matches`)."""
+    ``kind`` is the :data:`STEPS` step measured; None: ``"model loss"`` when the chain returns a
+    scalar (it ends in a loss), else the default ``"output"`` step. A profile measured on another
+    model or input is refused (:func:`check_profile_matches`)."""
     check_profile_matches(profile, getattr(wrapped, "chain", wrapped), x)
     predicted = simulate(profile, schedule.ops, timeline=True)
-    measured = measure_steps(wrapped, x, steps=steps, warmup=warmup)
+    measured = measure_steps(wrapped, x, steps=steps, warmup=warmup, kind=kind or "auto")
     return build_report(
         schedule,
         predicted,
@@ -464,6 +515,7 @@ def compare(
         metadata={"profile": profile.name, "torch": torch.__version__, "threads": torch.get_num_threads()},
         measured_tensor_peak=measured.tensor_peak,
         bookkeeping_peak=measured.bookkeeping_peak,
+        step=measured.step,
     )
 
 
@@ -487,6 +539,7 @@ __all__ = [
     "MeteredStep",
     "Measurement",
     "Report",
+    "STEPS",
     "build_report",
     "compare",
     "measure_steps",

@@ -34,6 +34,7 @@ import contextlib
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch.autograd.graph import _get_grad_fn_or_grad_acc
@@ -87,10 +88,27 @@ class RngState:
 
     @staticmethod
     def current(devices: Sequence[torch.device]) -> RngState:
-        with untracked():  # generator states are not activations
-            cpu = torch.get_rng_state()
-            states = tuple((d, _device_module(d).get_rng_state(d.index)) for d in devices)
+        # not untracked() here: BufferSnapshots.rng decides whether a step's read is counted
+        cpu = torch.get_rng_state()
+        states = tuple((d, _device_module(d).get_rng_state(d.index)) for d in devices)
         return RngState(cpu, states)
+
+    def copy_into(self, other: RngState | None) -> RngState:
+        """These states in ``other``'s tensors (no allocation) when they fit, else in new copies
+        made as remat's own state (``untracked()``, like the buffer snapshots)."""
+        fits = (
+            other is not None
+            and other.cpu.shape == self.cpu.shape
+            and len(other.devices) == len(self.devices)
+            and all(a == c and b.shape == d.shape for (a, b), (c, d) in zip(self.devices, other.devices, strict=True))
+        )
+        if not fits:
+            with untracked():
+                return RngState(self.cpu.clone(), tuple((d, t.clone()) for d, t in self.devices))
+        other.cpu.copy_(self.cpu)
+        for (_, mine), (_, theirs) in zip(self.devices, other.devices, strict=True):
+            theirs.copy_(mine)
+        return other
 
     def same_as(self, other: RngState | None) -> bool:
         """Whether ``other`` holds the same generator states (then one copy serves both)."""
@@ -118,10 +136,25 @@ def accelerator_devices(tensors: Iterable[torch.Tensor]) -> tuple[torch.device, 
 
 
 class BufferSnapshots:
-    """Preallocated copies of each piece's buffers (no allocation during a step once made)."""
+    """Preallocated copies of each piece's buffers and RNG states (no allocation during a step
+    once made: they are the replay's own state across steps, like parameter gradients)."""
 
-    def __init__(self) -> None:
+    def __init__(self, count_rng_reads: bool = False) -> None:
         self._snapshots: dict[int, list[torch.Tensor]] = {}
+        self._rng: dict[Any, RngState] = {}
+        # True (the chain replay): the step's reads of the generators are counted, and the chain
+        # profile covers them (remat.profile.chain.with_recompute_bookkeeping); False (the graph
+        # replay, whose profile does not yet): made inside untracked(), set apart by the meters
+        self._rng_reads = contextlib.nullcontext if count_rng_reads else untracked
+
+    def rng(self, key: Any, devices: Sequence[torch.device]) -> RngState:
+        """The generators' states now, kept in ``key``'s preallocated copy (overwritten). Reading
+        them allocates a transient (CPU: the 5,056-byte Mersenne twister state), freed here."""
+        with self._rng_reads():
+            now = RngState.current(devices)
+        kept = now.copy_into(self._rng.get(key))
+        self._rng[key] = kept
+        return kept
 
     def get(self, key: int, buffers: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         snaps = self._snapshots.get(key)
@@ -156,18 +189,17 @@ class Recomputer:
         self._buffers = buffers
         self._snapshots = snapshots
         self._first: dict[int, tuple[RngState, AutocastState]] = {}
-        self._last: RngState | None = None
+        self._depth = 0  # recomputations under way (the "now" copy serves the outermost)
 
     @contextlib.contextmanager
     def running(self, key: int) -> Iterator[None]:
         """Wrap every forward of piece ``key``: remember the first, replay it for the others."""
         if key not in self._first:
             if key in self.recomputed:
-                rng = RngState.current(self.devices)
-                if rng.same_as(self._last):  # no draw since the last record: share its copy
-                    rng = self._last
-                self._last = rng
-                self._first[key] = (rng, AutocastState.current())
+                # one preallocated copy per recomputed piece: the step allocates only the
+                # transient read of the generators (one per forward of a recomputed piece, before
+                # it runs), which the profile folds into the stage's forward transients
+                self._first[key] = (self._snapshots.rng(key, self.devices), AutocastState.current())
             yield
             return
         rng, autocast = self._first[key]
@@ -175,12 +207,18 @@ class Recomputer:
         snaps = self._snapshots.get(key, buffers)
         for buffer, snap in zip(buffers, snaps, strict=True):
             snap.copy_(buffer.data)
-        rng_now = RngState.current(self.devices)
+        if self._depth == 0:
+            rng_now = self._snapshots.rng("now", self.devices)
+        else:  # a recomputation inside another (not made by the replays): its own copy
+            with untracked():
+                rng_now = RngState.current(self.devices)
+        self._depth += 1
         rng.restore()
         try:
             with autocast.entered():
                 yield
         finally:
+            self._depth -= 1
             # through .data: the recomputed graph may have saved a buffer (BatchNorm saves its
             # running stats); restoring must not bump the version counter autograd checks.
             for buffer, snap in zip(buffers, snaps, strict=True):

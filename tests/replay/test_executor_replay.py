@@ -118,7 +118,9 @@ def test_report_compares_prediction_and_measurement(setups):
     assert report.predicted_peak == schedule.predicted.peak_memory
     assert report.measured_tensor_peak <= report.measured_peak
     assert _close(report.measured_peak, report.predicted_peak)
-    assert report.bookkeeping_peak > 0  # the replay's RNG snapshots, seen by the allocator and set apart
+    # the replay's copies of the generators' states were made in the warm-up step; each measured
+    # step's reads of them are counted (docs/model.md, "What remat allocates itself")
+    assert report.bookkeeping_peak == 0
     assert report.measured_ms > 0 and len(report.measured_timeline) == len(schedule.ops)
     data = report.to_dict()
     assert data["peak_memory"]["measured"] == report.measured_peak
