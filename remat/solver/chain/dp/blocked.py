@@ -207,6 +207,7 @@ def least(profile: ChainProfile, block: int) -> Least:
 
 def least_budget(profile: ChainProfile, block: int) -> int:
     """The smallest budget (bytes) of any schedule of the family: exact for the family."""
+    check_long(profile, block)
     return profile.input_size + least(profile, block).free
 
 
@@ -216,7 +217,8 @@ def _ops(profile: ChainProfile, found: BlockedTable | Least, level: int) -> tupl
     K = 1 << 62 if exact else found.slots
     g = np.concatenate([a.act[:-1], [0]]) if exact else a.G
     A, SV = (a.act, a.saved) if exact else (a.A, a.SV)
-    return kernel.read_back(profile.length, K, level, exact, found.bounds, A, g, SV, found.coarse, found.blocks, found.base)
+    decisions = (found.coarse, found.blocks, found.base)
+    return kernel.read_back(profile.length, K, level, exact, found.bounds, A, g, SV, *decisions)
 
 
 def _costs(profile: ChainProfile, kinds: np.ndarray, indices: np.ndarray) -> tuple[int, float, float]:
