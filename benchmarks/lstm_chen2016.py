@@ -16,6 +16,11 @@ identical). Then:
    unrolled loop.
 
     python benchmarks/lstm_chen2016.py [--quick]   # --table: the markdown tables and the plot of the last run
+    python benchmarks/lstm_chen2016.py --dp-steps 2000,5000,10000   # the DP on one stage per step
+
+``--dp-steps`` runs only the DP part of the front on one stage per step, no blocks (above 1,000
+stages ``optimal`` is the blocked DP of remat.solver.chain.dp.blocked, at its default 500 slots),
+and adds it to the results file as ``dp_without_blocks`` (the rest of the file is kept).
 
 Writes benchmarks/results/lstm_chen2016.json and docs/lstm_memory_vs_T.png. Bytes, milliseconds.
 """
@@ -112,7 +117,34 @@ def revolve_least_memory(profile: ChainProfile, level: float):
     return least_within(within, 0, max(1, profile.length - 1), lambda lo, hi: hi - lo <= 1)
 
 
-def dp_least_memory(profile: ChainProfile, level: float):
+def dp_without_blocks(step: ChainProfile, steps_list, levels: dict) -> list[dict]:
+    """The DP's least memory within each overhead level on T one-step stages (no blocks of steps),
+    with seconds per T and the solver's claim (the blocked DP above 1,000 stages)."""
+    from remat.solver.chain.dp import blocked
+
+    rows = []
+    for steps in steps_list:
+        profile = chain_of(step, steps)
+        begin = time.perf_counter()
+        row = {"T": steps, "stages": steps}
+        slots = DP_SLOTS if steps <= blocked.FLAT_LIMIT else 500
+        for name, level in levels.items():
+            found = dp_least_memory(profile, resolve(level, profile), slots)
+            row[f"dp {name}"] = point(found)
+            row["claim"] = found.extra.get("claim") if found is not None else None
+            row["blocks"] = found.extra.get("blocks") if found is not None else None
+        row["slots"], row["seconds"] = slots, time.perf_counter() - begin
+        rows.append(row)
+        print(
+            f"T={steps}: "
+            + ", ".join(f"{k} {v['peak_memory'] / 2**20:.2f} MiB" for k, v in row.items() if k.startswith("dp "))
+            + f" ({row['seconds']:.0f} s)",
+            flush=True,
+        )
+    return rows
+
+
+def dp_least_memory(profile: ChainProfile, level: float, slots: int | None = None):
     """The DP's least budget whose fastest schedule is within ``level`` overhead, to 0.2%: bisection
     on the budget with the public solve at DP_SLOTS. solve reads the multi-scale front (tables 8x
     apart), so a budget between two tables is resolved in fewer levels than its own table would
@@ -120,7 +152,7 @@ def dp_least_memory(profile: ChainProfile, level: float):
 
     def within(budget: int):
         try:
-            schedule = solve(profile, budget, "optimal", slots=DP_SLOTS)
+            schedule = solve(profile, budget, "optimal", slots=slots or DP_SLOTS)
         except InfeasibleBudgetError:
             return None
         return schedule if overhead(schedule) <= level + 1e-12 else None
@@ -354,7 +386,17 @@ def main() -> None:
     parser.add_argument(
         "--table", action="store_true", help="print the markdown tables from the results file and redraw the plot"
     )
+    parser.add_argument("--dp-steps", help="T,T,...: only the DP on one stage per step (no blocks), into the results")
     args = parser.parse_args()
+    if args.dp_steps:
+        results = json.loads(RESULTS.read_text())
+        levels = {"one extra forward": None, "+50%": 0.5, "+100%": 1.0}
+        step = stage_profile(1)
+        rows = dp_without_blocks(step, [int(t) for t in args.dp_steps.split(",")], levels)
+        results["dp_without_blocks"] = {"machine": machine(), "stage": step.stages[0].to_dict(), "rows": rows}
+        write_json(results, RESULTS)
+        print(f"wrote {RESULTS.relative_to(ROOT)}")
+        return
     if args.table:  # and redraw the plot from the same file
         results = json.loads(RESULTS.read_text())
         print(markdown(results))

@@ -26,12 +26,22 @@ from itertools import accumulate
 
 import numpy as np
 
-from remat.schedules import ChainProfile, InfeasibleBudgetError, Schedule
+from remat.schedules import ChainProfile, InfeasibleBudgetError, RematError, Schedule
 from remat.solver.chain.segments import Candidate, evaluate, pick, segment_ops
 from remat.solver.common import ProfileCache, Strategy, make_schedule, require_chain
 
 NAME = "chen-greedy"
 MAX_THRESHOLDS = 4000
+MAX_STAGES = 10_000  # the threshold search enumerates n(n+1)/2 sums: 50 million (~1.7 GB at peak) here
+
+
+def check_length(profile: ChainProfile) -> None:
+    """A one-line refusal for a chain too long for the threshold search."""
+    if profile.length > MAX_STAGES:
+        raise RematError(
+            f"chen-greedy: its threshold search enumerates the n(n+1)/2 sums of consecutive stages; "
+            f"{profile.length} stages exceed its limit of {MAX_STAGES}; use chen-sqrt, sequential or revolve"
+        )
 
 
 def greedy_starts(sizes: list[int], threshold: int, prefix: list[int] | None = None) -> tuple[int, ...]:
@@ -82,13 +92,17 @@ def _segmentations(profile: ChainProfile) -> tuple[list[Candidate], dict[tuple[i
 
 
 def choose(profile: ChainProfile, budget: int) -> tuple[int, ...] | None:
-    """The segment starts :func:`solve` returns at ``budget`` bytes, or None."""
+    """The segment starts :func:`solve` returns at ``budget`` bytes, or None (also for a chain
+    longer than :data:`MAX_STAGES`)."""
+    if require_chain(profile, NAME).length > MAX_STAGES:
+        return None
     return pick(_segmentations(require_chain(profile, NAME))[0], budget)[0]
 
 
 def solve(profile: ChainProfile, budget: int) -> Schedule:
     """The fastest greedy segmentation within ``budget`` bytes over all thresholds."""
     profile = require_chain(profile, NAME)
+    check_length(profile)
     candidates, by_starts = _segmentations(profile)
     starts, min_peak = pick(candidates, budget)
     if starts is None:

@@ -31,6 +31,14 @@ Every schedule goes through :func:`remat.solver.common.make_schedule`: the DP's 
 (from the recurrence) and peak (from the DP's own memory model, walked in bytes) must equal the
 simulator's, or it raises ``SolverBug``.
 
+A chain of more than :data:`~remat.solver.chain.dp.blocked.FLAT_LIMIT` (1,000) stages, where the
+flat table's O(n**2) cells and O(n**3) work no longer fit seconds and memory, is solved by the
+blocked DP (:mod:`remat.solver.chain.dp.blocked`): the same recurrence inside blocks of
+``ceil(n / 200)`` stages and block-aligned options across them, optimal over that family, never
+faster than the flat DP (proven there), its loss measured at 1,000 stages (docs/benchmarks.md);
+its schedules say so in ``extra["claim"]`` and ``extra["blocks"]``. It takes up to
+:data:`~remat.solver.chain.dp.blocked.MAX_STAGES` (20,000) stages and refuses longer chains in one line.
+
 This module is the strategy's front door: it checks the arguments and sends a profile to the
 single-option DP (:mod:`remat.solver.chain.dp.single`) or the multi-option one; the DP's parts are
 in :mod:`remat.solver.chain.dp`, and what it keeps between calls in
@@ -42,7 +50,7 @@ Units: bytes and milliseconds.
 from __future__ import annotations
 
 from remat.schedules import ChainProfile, Schedule
-from remat.solver.chain.dp import options_front, single
+from remat.solver.chain.dp import blocked, options_front, single
 from remat.solver.chain.dp.readback import Plan, front_summaries, plan
 from remat.solver.chain.dp.single import DEFAULT_SLOTS, NAME, SCALE_RATIO, check_slots, table_for
 from remat.solver.common import Strategy, require_chain
@@ -71,6 +79,8 @@ def minimum_budget(profile: ChainProfile, slots: int = DEFAULT_SLOTS) -> int:
     callers that pass it)."""
     profile = require_chain(profile, NAME)
     check_slots(slots)
+    if profile.length > blocked.FLAT_LIMIT:
+        return blocked.least_budget(profile, blocked.block_size(profile.length))
     if profile.has_options:  # stages with several recording options
         return options_front.least_budget(profile, slots)
     return single.minimum_budget(profile)
@@ -86,6 +96,8 @@ def solve(profile: ChainProfile, budget: int, slots: int = DEFAULT_SLOTS) -> Sch
     every budget from :func:`minimum_budget` (exact) on."""
     profile = require_chain(profile, NAME)
     check_slots(slots)
+    if profile.length > blocked.FLAT_LIMIT:
+        return blocked.solve(profile, budget, slots)
     if profile.has_options:  # stages with several recording options
         return options_front.solve_options(profile, budget, slots)
     return single.solve(profile, budget, slots)
@@ -105,6 +117,8 @@ def optimal_front(profile: ChainProfile, slots: int = DEFAULT_SLOTS, progress: b
     """
     profile = require_chain(profile, NAME)
     check_slots(slots)
+    if profile.length > blocked.FLAT_LIMIT:
+        return blocked.front(profile, slots)
     if profile.has_options:  # stages with several recording options
         return options_front.options_front(profile, slots)
     return list(single.front(profile, slots, progress).points)

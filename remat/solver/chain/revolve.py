@@ -41,6 +41,7 @@ from math import comb
 from remat.schedules import ChainProfile, InfeasibleBudgetError, Op, RematError, Schedule
 from remat.schedules.fast_chain import chain_costs, profile_arrays
 from remat.schedules.simulator import simulate_chain
+from remat.solver.chain.limits import MAX_OPS
 from remat.solver.chain.revolve_kernel import revolve_codes
 from remat.solver.common import ProfileCache, Strategy, make_schedule, require_chain
 
@@ -126,8 +127,34 @@ def _peaks(profile: ChainProfile, choices: tuple[int, ...]) -> list[int]:
     return _PEAKS.get(profile, choices, compute)
 
 
+LONG_CHAIN = 10_000  # stages: above this, a sweep tries every count up to 64, then ~10% apart
+
+
+def fits_limit(length: int, slots: int) -> bool:
+    """Whether the schedule for ``slots`` stays within the ops limit: ``r`` repetitions of each
+    step bound its forward steps by ``r * length``, plus one ``F_all`` and one ``B`` per stage."""
+    return (repetitions(length, slots) + 2) * length <= MAX_OPS
+
+
 def _choices(profile: ChainProfile, slots: int | None) -> tuple[int, ...]:
-    return (slots,) if slots is not None else tuple(range(1, max(1, profile.length - 1) + 1))
+    """The slot counts tried: every one from 1 to n-1 whose schedule stays within the ops limit
+    (:mod:`remat.solver.chain.limits`); above :data:`LONG_CHAIN` stages the counts up to 64 and
+    then about 10% apart (each count's schedule is costed in O(r n): all n-1 of them would be
+    O(n**2))."""
+    n = profile.length
+    if slots is not None:
+        return (slots,)
+    top = max(1, n - 1)
+    counts = range(1, top + 1)
+    if n > LONG_CHAIN:
+        grid = {*range(1, min(64, top) + 1), top}
+        c = 64
+        while c < top:
+            c = max(c + 1, int(c * 1.1))
+            grid.add(min(c, top))
+        counts = sorted(grid)
+    kept = tuple(c for c in counts if fits_limit(n, c))
+    return kept or (top,)
 
 
 def _largest_fit(profile: ChainProfile, budget: int, slots: int | None) -> tuple[int | None, int]:
@@ -149,11 +176,18 @@ def solve(profile: ChainProfile, budget: int, checkpoints: int | None = None) ->
     slots = checkpoints
     profile = require_chain(profile, NAME)
     if slots is not None:
-        revolve_ops(profile.length, slots)  # a bad count is a one-line error before anything else
+        revolve_ops(1, slots)  # a bad count is a one-line error before anything else
+        if not fits_limit(profile.length, slots):
+            raise RematError(
+                f"revolve: {slots} slots on {profile.length} stages make a schedule of about "
+                f"{(repetitions(profile.length, slots) + 2) * profile.length} ops, more than the {MAX_OPS} a schedule "
+                f"may hold; give more --checkpoints"
+            )
     c, min_peak = _largest_fit(profile, budget, slots)
     if c is None:
         choices = _choices(profile, slots)
-        detail = f"with {slots} slots" if slots is not None else f"over every slot count 1..{choices[-1]}"
+        tried = f"over {len(choices)} slot counts from {choices[0]} to {choices[-1]}"
+        detail = f"with {slots} slots" if slots is not None else tried
         raise InfeasibleBudgetError(NAME, budget, min_peak, detail)
     ops = revolve_ops(profile.length, c)
     return make_schedule(profile, budget, NAME, ops, extra={"checkpoints": c, "forward_steps": forward_steps(ops)})

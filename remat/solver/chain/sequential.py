@@ -11,14 +11,16 @@ segment runs normally, i.e. recorded (``F_all``). The op list is built by
 store-all).
 
 With ``segments=k`` the strategy uses that k; with only a budget it costs every k in 1..n
-(closed form, :func:`remat.solver.chain.segments.segment_costs`, once per profile) and returns the
+(closed form, :func:`count_costs`, once per profile, O(n sqrt(n)) time and O(n) memory) and returns the
 fastest that fits (ties: lower peak, then fewer segments). When nothing fits, the error states
 the smallest peak over the k it was allowed to use."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from remat.schedules import ChainProfile, InfeasibleBudgetError, RematError, Schedule
-from remat.solver.chain.segments import Candidate, best_segmentation, evaluate, pick, segment_ops
+from remat.solver.chain.segments import best_segmentation, segment_arrays, segment_ops
 from remat.solver.common import ProfileCache, Strategy, make_schedule, require_chain
 
 NAME = "sequential"
@@ -32,24 +34,76 @@ def torch_segment_starts(length: int, segments: int) -> tuple[int, ...]:
     return tuple(range(0, size * (segments - 1) + 1, size))
 
 
-_CANDIDATES = ProfileCache()
+_COSTS = ProfileCache()
 
 
-def _all_counts(profile: ChainProfile) -> tuple[list[Candidate], dict[tuple[int, ...], int]]:
-    """Every segment count's segmentation with its closed-form cost, computed once per profile."""
+def count_costs(profile: ChainProfile) -> tuple[np.ndarray, np.ndarray]:
+    """Peak (bytes) and step time (ms) of every segment count k = 1..n (index k - 1), in closed form.
+
+    :func:`remat.solver.chain.segments.segment_costs` per count would take O(n**2) time and, with
+    every count's starts kept, O(n**2) memory (2.4 GB at 10,000 stages). Instead, for each segment
+    size ``s = n // k`` (about 2 sqrt(n) distinct sizes) the full segments ``[j s, (j+1) s)`` are
+    the same for every k of that size: their peaks (the same three terms as segment_costs) are
+    computed once, and a count's peak is the running maximum over its first k - 1 of them and its
+    last segment ``[(k-1) s, n)``, whose maxima are suffix maxima of the per-stage arrays.
+    O(n sqrt(n)) time, O(n) memory; tests/solver/chain/test_fast_baselines.py checks it against
+    segment_costs."""
 
     def compute():
-        by_starts: dict[tuple[int, ...], int] = {}
-        for k in range(1, profile.length + 1):
-            by_starts.setdefault(torch_segment_starts(profile.length, k), k)
-        return evaluate(profile, list(by_starts)), by_starts
+        arrays = segment_arrays(profile)
+        n = profile.length
+        act, prefix = arrays.act, arrays.prefix
+        suffix = np.maximum(arrays.backward, arrays.recorded)[::-1]
+        suffix = np.maximum.accumulate(suffix)[::-1]  # max over i >= L of both recorded-forward and backward terms
+        peaks = np.empty(n, dtype=act.dtype)
+        times = np.empty(n, dtype=np.float64)
+        k = 1
+        while k <= n:
+            size = n // k
+            k_hi = n // size
+            M = n // size
+            idx = np.arange(0, M * size, size)
+            held = act[0] + np.concatenate([np.zeros(1, dtype=act.dtype), np.cumsum(act[idx[1:]])])
+            width = M * size
+            unrecorded = arrays.unrecorded[:width].copy()
+            unrecorded[idx] -= act[idx]
+            full = np.maximum(
+                np.maximum(
+                    held - prefix[idx] + np.maximum.reduceat(arrays.backward[:width], idx),
+                    held + act[idx + size] - prefix[idx] + np.maximum.reduceat(arrays.recorded[:width], idx),
+                ),
+                held + np.maximum.reduceat(unrecorded, idx),
+            )
+            running = np.maximum.accumulate(full)
+            counts = np.arange(k, k_hi + 1)
+            last = (counts - 1) * size
+            peak = held[counts - 1] - prefix[last] + suffix[last]
+            before = np.where(counts >= 2, running[np.maximum(counts - 2, 0)], act[0])
+            peaks[k - 1 : k_hi] = np.maximum(np.maximum(peak, before), act[0])
+            times[k - 1 : k_hi] = arrays.store_all_ms + arrays.forward_prefix[last]
+            k = k_hi + 1
+        return peaks, times
 
-    return _CANDIDATES.get(profile, "counts", compute)
+    return _COSTS.get(profile, "counts", compute)
+
+
+def _pick(profile: ChainProfile, budget: int) -> tuple[int | None, int]:
+    """(the fastest count within ``budget`` bytes, ties: lower peak, then fewer segments, or None;
+    the smallest peak over every count)."""
+    peaks, times = count_costs(profile)
+    min_peak = int(peaks.min())
+    fitting = np.flatnonzero(peaks <= budget)
+    if fitting.size == 0:
+        return None, min_peak
+    order = np.lexsort((fitting, peaks[fitting], times[fitting]))
+    return int(fitting[order[0]]) + 1, min_peak
 
 
 def choose(profile: ChainProfile, budget: int) -> tuple[int, ...] | None:
     """The segment starts :func:`solve` returns at ``budget`` bytes (no ``segments`` option), or None."""
-    return pick(_all_counts(require_chain(profile, NAME))[0], budget)[0]
+    profile = require_chain(profile, NAME)
+    k = _pick(profile, budget)[0]
+    return None if k is None else torch_segment_starts(profile.length, k)
 
 
 def solve(profile: ChainProfile, budget: int, segments: int | None = None) -> Schedule:
@@ -57,15 +111,14 @@ def solve(profile: ChainProfile, budget: int, segments: int | None = None) -> Sc
     profile = require_chain(profile, NAME)
     n = profile.length
     if segments is None:
-        candidates, by_starts = _all_counts(profile)
-        starts, min_peak = pick(candidates, budget)
+        k, min_peak = _pick(profile, budget)
     else:
-        by_starts = {torch_segment_starts(n, segments): segments}
-        starts, min_peak = best_segmentation(profile, list(by_starts), budget)
-    if starts is None:
+        starts, min_peak = best_segmentation(profile, [torch_segment_starts(n, segments)], budget)
+        k = None if starts is None else segments
+    if k is None:
         detail = f"with {segments} segments" if segments is not None else "over every segment count 1..n"
         raise InfeasibleBudgetError(NAME, budget, min_peak, detail)
-    k = by_starts[starts]
+    starts = torch_segment_starts(n, k)
     return make_schedule(
         profile,
         budget,

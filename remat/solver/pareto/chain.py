@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from tqdm import tqdm
 
 from remat.schedules import ChainProfile, InfeasibleBudgetError, RematError
+from remat.solver.chain import chen_greedy, recompute_all
 from remat.solver.chain.checkpoints import chain_checkpoints
+from remat.solver.chain.dp import blocked
 from remat.solver.chain.optimal import minimum_budget, optimal_front
 from remat.solver.chain.store_all import store_all_peak
 from remat.solver.front import FrontPoint
@@ -82,12 +84,15 @@ class ChainFront:
         points: optimal front points first (sorted by peak), then each baseline's points.
         store_all_ms: step time without recomputation, ms.
         forward_ms: time of one forward pass over the chain, ms (the √n regime's overhead).
+        left_out: (strategy, the one-line reason) for each asked-for strategy that does not
+            scale to this chain's length and was left out (see :func:`length_refusals`).
     """
 
     profile: ChainProfile
     points: tuple[FrontPoint, ...]
     store_all_ms: float
     forward_ms: float
+    left_out: tuple[tuple[str, str], ...] = ()
 
     def by_strategy(self) -> dict[str, list[FrontPoint]]:
         grouped: dict[str, list[FrontPoint]] = {}
@@ -109,6 +114,29 @@ class ChainFront:
         return marks
 
 
+_LENGTH_CHECKS = {
+    "recompute-all": recompute_all.check_length,
+    "chen-greedy": chen_greedy.check_length,
+    "optimal": lambda profile: (
+        blocked.check_long(profile, blocked.block_size(profile.length)) if profile.length > blocked.FLAT_LIMIT else None
+    ),
+}
+
+
+def length_refusals(profile: ChainProfile, strategies: Sequence[str]) -> dict[str, str]:
+    """The strategies among ``strategies`` that refuse a chain this long, with their one-line reasons."""
+    refused = {}
+    for name in strategies:
+        check = _LENGTH_CHECKS.get(name)
+        if check is None:
+            continue
+        try:
+            check(profile)
+        except RematError as error:
+            refused[name] = str(error)
+    return refused
+
+
 def chain_front(
     profile: ChainProfile,
     strategies: Sequence[str],
@@ -121,13 +149,19 @@ def chain_front(
     ``points`` budgets between the smallest peak any front reaches and the store-all peak.
 
     ``while_waiting`` is called once the baselines are swept, while the DP's tables may still be
-    filling (the CLI imports matplotlib there)."""
+    filling (the CLI imports matplotlib there). A strategy that refuses a chain this long (its
+    schedules or its search would not fit bounded memory) is left out, with its reason in
+    ``left_out``; if every asked-for strategy refuses, that is the error."""
     known = strategy_names("chain")
     for name in strategies:
         if name not in known:
             raise RematError(f"--strategies: unknown chain strategy '{name}' (available: {', '.join(known)})")
+    refused = length_refusals(profile, strategies)
+    if refused and len(refused) == len(set(strategies)):
+        raise RematError(next(iter(refused.values())))
+    strategies = [name for name in strategies if name not in refused]
     # the front's least memory is the exact minimum: the sweep's budgets need not wait for the front
-    low = minimum_budget(profile, slots=slots)
+    low = minimum_budget(profile, slots=slots) if "optimal" in strategies else profile.input_size
     budgets = budget_sweep(max(profile.input_size, low // 2), store_all_peak(profile), points)
     baselines = [name for name in strategies if name != "optimal"]
     collected: list[FrontPoint] = []
@@ -145,4 +179,5 @@ def chain_front(
             collected.extend(dp.result())
     collected.extend(swept)
     forward = sum(stage.forward_ms for stage in profile.stages)
-    return ChainFront(profile, tuple(collected), profile.store_all_compute_ms, forward)
+    left_out = tuple(refused.items())
+    return ChainFront(profile, tuple(collected), profile.store_all_compute_ms, forward, left_out)

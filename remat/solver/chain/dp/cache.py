@@ -95,6 +95,10 @@ BOUNDS = {
     "answers": Bound(items=PROFILES),
     "options table": Bound(items=PROFILES),
     "options front": Bound(items=PROFILES),
+    # the blocked DP of long chains (remat.solver.chain.dp.blocked): ~130 MB a table at 10,000 stages
+    "blocked table": Bound(items=2, refresh=True),
+    "blocked minimum": Bound(items=PROFILES),
+    "blocked front": Bound(items=PROFILES),
 }
 
 CACHE = DPCache(BOUNDS)
