@@ -14,9 +14,37 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_flatten
 
-from remat.joint.partition import RegionPlan, RematPartitioner, Session
+from remat.joint.partition import RegionPlan, RematPartitioner, Session, resolve_budget
+from remat.joint.split import least_step_peak, split, step_peak
 from remat.schedules import RematError, Schedule
+
+MAX_RERUNS = 4  # each rerun sees at least one more region than the last, or ends the loop
+
+
+def _signature(args: tuple, kwargs: dict) -> tuple:
+    """What makes a call compile anew here: its tensors' shapes, dtypes and devices."""
+    flat, spec = tree_flatten((args, kwargs))
+    return (str(spec), *((tuple(a.shape), a.dtype, a.device) if isinstance(a, torch.Tensor) else type(a) for a in flat))
+
+
+def _snapshot(model: nn.Module) -> tuple:
+    """The CPU (and CUDA) RNG states and a copy of every buffer, to run a call again unchanged."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    with torch.no_grad():
+        buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    return torch.get_rng_state(), cuda, buffers
+
+
+def _restore(model: nn.Module, state: tuple) -> None:
+    cpu, cuda, buffers = state
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
+    with torch.no_grad():
+        for buffer, saved in buffers:
+            buffer.copy_(saved)
 
 
 def _remat_error(error: BaseException) -> RematError | None:
@@ -33,6 +61,12 @@ def _remat_error(error: BaseException) -> RematError | None:
 class RematCompiled(nn.Module):
     """``model`` compiled by inductor with remat's partitioner; call it like the model.
 
+    A call with a new input signature compiles. When it compiled more than one region (graph
+    breaks), the budget is split across them exactly (:func:`remat.joint.split.split`); if that
+    changes a region's choice, or a later region could not fit what the earlier ones left, the
+    call is run again with the split (RNG state and buffers restored first, so the step is the
+    one the user asked for; Python side effects of the model run twice).
+
     Attributes:
         plans: every :class:`RegionPlan` made so far, in the order the regions compiled.
     """
@@ -41,20 +75,59 @@ class RematCompiled(nn.Module):
         super().__init__()
         self.model = model
         self._session = session
-        self._partitioner = RematPartitioner(session)
-        options = {"custom_partitioner_fn": self._partitioner, "fx_graph_cache": False}
-        compiled = torch.compile(model, backend="inductor", dynamic=False, options=options, **compile_options)
+        self._options = compile_options
+        self._seen: set[tuple] = set()
+        self._build()
+
+    def _build(self) -> None:
+        partitioner = RematPartitioner(self._session)  # a fresh uuid: inductor's caches miss
+        options = {"custom_partitioner_fn": partitioner, "fx_graph_cache": False}
+        compiled = torch.compile(self.model, backend="inductor", dynamic=False, options=options, **self._options)
         object.__setattr__(self, "_compiled", compiled)  # not a submodule: the parameters are model's
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
+    def _run(self, args: tuple, kwargs: dict) -> tuple[Any, RematError | None]:
         self._session.begin_call()
         try:
-            return self._compiled(*args, **kwargs)
+            return self._compiled(*args, **kwargs), None
         except Exception as error:
             found = _remat_error(error)
             if found is None:
                 raise
-            raise RematError(str(found).splitlines()[0]) from None
+            return None, RematError(str(found).splitlines()[0])
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        signature = _signature(args, kwargs)
+        if signature in self._seen:
+            out, error = self._run(args, kwargs)
+        else:
+            state = _snapshot(self.model)
+            for _ in range(MAX_RERUNS + 1):
+                out, error = self._run(args, kwargs)
+                if not self._resplit(error):
+                    break
+                _restore(self.model, state)
+                self._build()
+            self._seen.add(signature)
+        if error is not None:
+            raise error from None
+        return out
+
+    def _resplit(self, error: RematError | None) -> bool:
+        """Split the budget across this call's regions; True if the call must run again with it."""
+        session = self._session
+        fronts = session.call_fronts
+        if len(fronts) < 2 or (error is not None and len(fronts) == len(session.call_plans)):
+            return False
+        reference = step_peak([f.store_all for f in fronts])
+        budget = resolve_budget(session.budget, reference)
+        choices = split(fronts, budget)  # one line naming the least step peak if none fits
+        assigned = {key: c.saved for key, c in zip(session.call_keys, choices, strict=True)}
+        current = {key: p.chosen.saved for key, p in zip(session.call_keys, session.call_plans, strict=False)}
+        if error is None and current == assigned:
+            return False
+        session.assigned.update(assigned)
+        session.step_budget = budget
+        return True
 
     @property
     def plans(self) -> tuple[RegionPlan, ...]:
@@ -85,6 +158,18 @@ class RematCompiled(nn.Module):
     def predicted_peak(self) -> int:
         """The step's predicted peak (bytes): the largest ``held_before + peak`` over its regions."""
         return max(p.step_peak for p in self._latest())
+
+    @property
+    def least_peak(self) -> int:
+        """The least step peak (bytes) any budget can get for the latest compiled input shape."""
+        self._latest()
+        return least_step_peak(self._session.call_fronts)
+
+    @property
+    def store_all_peak(self) -> int:
+        """The step peak (bytes) of saving everything, for the latest compiled input shape."""
+        self._latest()
+        return step_peak([f.store_all for f in self._session.call_fronts])
 
     @property
     def predicted_ms(self) -> float:

@@ -22,6 +22,7 @@ Units: bytes (int), milliseconds (float), seconds (float) for solve times.
 
 from __future__ import annotations
 
+import hashlib
 import time
 import uuid
 from collections.abc import Sequence
@@ -33,7 +34,7 @@ from torch import fx
 from torch._functorch import partitioners as tp
 from torch._inductor.custom_graph_pass import CustomPartitionerFn
 
-from remat.joint.plan import Realized
+from remat.joint.plan import Realized, realize
 from remat.joint.profile import JointProfile, apply_torch_safety, joint_profile
 from remat.joint.solve import Front, solve_front
 from remat.joint.timing import TIME_SOURCES, node_times
@@ -102,28 +103,40 @@ class RegionPlan:
 
 
 class Session:
-    """The budget and options of one ``remat.compile`` and every region plan it made."""
+    """The budget and options of one ``remat.compile``, the fronts solved so far (by graph
+    structure: a recompile of the same graph reuses its front), the choices fixed by
+    :func:`remat.joint.split.split`, and every region plan made."""
 
     def __init__(self, budget: int | float | str, times: str, ilp_seconds: float, repeats: int) -> None:
         if times not in TIME_SOURCES:
             raise RematError(f"times: expected one of {', '.join(TIME_SOURCES)}, got {times!r}")
         if isinstance(budget, bool) or not isinstance(budget, (int, float, str)):
-            raise RematError(
-                f"budget: expected bytes (int), a size or percentage (str) or a fraction (float), got {budget!r}"
-            )
+            raise RematError(f"budget: expected bytes (int), a size or percentage (str) or a fraction, got {budget!r}")
         if isinstance(budget, str):
             parse_size(budget, reference=1 << 40)  # a malformed size is refused before any compile
         self.budget, self.times, self.ilp_seconds, self.repeats = budget, times, float(ilp_seconds), int(repeats)
         self.plans: list[RegionPlan] = []
-        self.call_plans: list[RegionPlan] = []  # the regions compiled in the current call
+        self.joints: dict[str, tuple[JointProfile, Front]] = {}
+        self.assigned: dict[tuple[int, str], frozenset[int]] = {}
+        self.step_budget: int | None = None
+        self.begin_call()
 
     def begin_call(self) -> None:
-        self.call_plans = []
+        """Forget the regions of the previous call (each call's regions compile in forward order)."""
+        self.call_plans: list[RegionPlan] = []
+        self.call_keys: list[tuple[int, str]] = []
+        self.call_fronts: list[Front] = []
+
+
+def structure_key(jp: JointProfile) -> str:
+    """A digest of the joint profile without its times: the same graph at the same shapes."""
+    nodes = [(n.name, n.size, n.backward, n.recompute) for n in jp.profile.nodes]
+    return hashlib.sha256(repr((nodes, jp.profile.edges, sorted(jp.pinned))).encode()).hexdigest()
 
 
 class RematPartitioner(CustomPartitionerFn):
-    """The partitioner inductor calls; its ``uuid`` is unique to its session, so inductor's caches
-    never hand one session's graphs to another (a cache hit would skip the partitioner)."""
+    """The partitioner inductor calls; its ``uuid`` is unique to it, so inductor's caches never
+    hand another partitioner's graphs back (a cache hit would skip the partitioner)."""
 
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -151,6 +164,35 @@ class RematPartitioner(CustomPartitionerFn):
             )
         return self._partition(gm, joint_inputs, num_fwd_outputs, static_indices)
 
+    def _front(
+        self, gm: fx.GraphModule, joint_inputs: Sequence[object], num_fwd_outputs: int, static: list[fx.Node]
+    ) -> tuple[JointProfile, Front, str, str, int]:
+        """The joint profile and front of ``gm`` (solved, or reused for a graph seen before), its
+        structure key, its times' source and its share of the budget (bytes)."""
+        session = self.session
+        region = len(session.call_keys)
+        held_before = sum(p.held for p in session.call_plans)
+        untimed = joint_profile(gm, {}, num_fwd_outputs, name=f"region{region}")
+        key = structure_key(untimed)
+        if key in session.joints:
+            jp, front = session.joints[key]
+            source = "reused"
+        else:
+            times = node_times(gm, joint_inputs, session.times, session.repeats)
+            jp = joint_profile(gm, times.ms, num_fwd_outputs, name=f"region{region}")
+
+            def share_of(store_all_peak: int) -> int:
+                return resolve_budget(session.budget, held_before + store_all_peak) - held_before
+
+            front, _ = solve_front(jp, gm, share_of, static, session.ilp_seconds)
+            session.joints[key] = (jp, front)
+            source = times.source
+        if session.step_budget is not None:
+            share = session.step_budget - held_before
+        else:
+            share = resolve_budget(session.budget, held_before + front.store_all.peak) - held_before
+        return jp, front, key, source, share
+
     def _partition(
         self, gm: fx.GraphModule, joint_inputs: Sequence[object], num_fwd_outputs: int, static_indices: Sequence[int]
     ) -> tuple[fx.GraphModule, fx.GraphModule]:
@@ -159,26 +201,29 @@ class RematPartitioner(CustomPartitionerFn):
         apply_torch_safety(gm)
         primals = [n for n in gm.graph.nodes if n.op == "placeholder" and tp._is_primal(n)]
         static = [p for i, p in enumerate(primals) if i in set(static_indices)]
-        region = len(session.call_plans)
-        times = node_times(gm, joint_inputs, session.times, session.repeats)
-        jp = joint_profile(gm, times.ms, num_fwd_outputs, name=f"region{region}")
+        region = len(session.call_keys)
         held_before = sum(p.held for p in session.call_plans)
-
-        def share_of(store_all_peak: int) -> int:
-            return resolve_budget(session.budget, held_before + store_all_peak) - held_before
-
-        front, share = solve_front(jp, gm, share_of, static, session.ilp_seconds)
-        try:
-            chosen, source = front.choose(share)
-        except RematError as error:
-            if held_before:
-                raise RematError(
-                    f"{error} (region {region}: its share after {held_before} bytes held by earlier regions)"
-                ) from None
-            raise
-        schedule = make_schedule(jp.profile, share, "remat.compile", chosen.ops, extra={"source": source})
-        outputs = {jp.group[n.name] for n in _outputs(chosen.forward) if n.name in jp.group}
-        held = sum(jp.profile.nodes[g].size for g in outputs)
+        jp, front, key, times, share = self._front(gm, joint_inputs, num_fwd_outputs, static)
+        session.call_keys.append((region, key))
+        session.call_fronts.append(front)
+        assigned = session.assigned.get((region, key))
+        if assigned is not None:
+            pick = next(k for k, c in enumerate(front.candidates) if c.saved == assigned)
+            source = f"{front.sources[pick]} (split across regions)"
+        else:
+            try:
+                chosen, source = front.choose(share)
+            except RematError as error:
+                if held_before:
+                    raise RematError(
+                        f"{error} (region {region}: its share after {held_before} bytes held by earlier regions)"
+                    ) from None
+                raise
+            pick = front.candidates.index(chosen)
+        # inductor rewrites the graphs it is given: every compile gets its own, from this joint graph
+        chosen = realize(jp, gm, front.candidates[pick].saved, static)
+        extra = {"source": source}
+        schedule = make_schedule(jp.profile, max(share, chosen.peak), "remat.compile", chosen.ops, extra=extra)
         shapes = tuple(
             tuple(int(d) for d in p.meta["val"].shape) for p in primals if isinstance(p.meta.get("val"), torch.Tensor)
         )
@@ -191,22 +236,17 @@ class RematPartitioner(CustomPartitionerFn):
             source=source,
             least=front.least,
             store_all=front.store_all,
-            held=held,
+            held=chosen.held,
             schedule=schedule,
             joint=jp,
             graph=gm,
-            times=times.source,
+            times=times,
             solve_seconds=time.perf_counter() - start,
             candidates=len(front.candidates),
         )
         session.plans.append(plan)
         session.call_plans.append(plan)
         return chosen.forward, chosen.backward
-
-
-def _outputs(gm: fx.GraphModule) -> list[fx.Node]:
-    out = next(n for n in gm.graph.nodes if n.op == "output")
-    return list(out.all_input_nodes)
 
 
 __all__ = ["Front", "RegionPlan", "RematPartitioner", "Session", "resolve_budget"]

@@ -58,6 +58,7 @@ class Realized:
     forward: fx.GraphModule = field(compare=False, repr=False)
     backward: fx.GraphModule = field(compare=False, repr=False)
     saved_bytes: int = 0
+    held: int = 0
 
 
 def held_at_backward(jp: JointProfile, ops: Iterable[Op]) -> frozenset[int]:
@@ -216,4 +217,5 @@ def realize(
         forward=fw,
         backward=bw,
         saved_bytes=sum(sizes[g].size for g in saved_groups),
+        held=sum(sizes[g].size for g in fw_keep),
     )

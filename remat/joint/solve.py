@@ -111,8 +111,6 @@ def solve_front(
     store_all = found.add(jp.forward, "store-all")
     if callable(budget):
         budget = int(budget(store_all.peak))
-    if budget is not None and store_all.peak <= budget:  # nothing is recomputed: no plan is faster
-        return found.front(), budget
     found.add(frozenset(), "save-nothing")
     top = simulate_graph(profile, plan_ops(profile, store_all_plan(profile)), timeline=False).peak_memory
     try:
