@@ -11,3 +11,13 @@ def checkpoint(*args, **kwargs):  # noqa: ANN002, ANN003 - forwards to remat.api
     from remat.api import checkpoint as _checkpoint
 
     return _checkpoint(*args, **kwargs)
+
+
+def compile(*args, **kwargs):  # noqa: A001, ANN002, ANN003 - forwards to remat.joint.compile.compile
+    """``remat.compile(model, budget=...)``: see :func:`remat.joint.compile.compile`.
+
+    Imported lazily so that ``import remat`` stays free of torch.
+    """
+    from remat.joint.compile import compile as _compile
+
+    return _compile(*args, **kwargs)

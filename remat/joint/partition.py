@@ -1,0 +1,252 @@
+"""remat's partitioner for inductor: ``torch._inductor.config.custom_partitioner_fn``.
+
+Inductor calls it once per compiled region (each graph between graph breaks, again for each new
+input shape) with AOTAutograd's joint graph, after its own joint-graph passes. It profiles the
+joint graph (:mod:`remat.joint.profile`, :mod:`remat.joint.timing`), solves the region's share of
+the budget (:mod:`remat.joint.solve`), records the :class:`RegionPlan` on its session and returns
+the forward and backward graphs of the chosen save set (:mod:`remat.joint.plan`).
+
+**One budget across regions.** In the step, region r's forward runs after regions 0..r-1 have
+run theirs and its backward before theirs, so what they hold after their forward (saved values
+and outputs, ``RegionPlan.held``) is held through all of region r. Regions compile in forward
+order within a call, so region r's share is the budget minus what the regions compiled before it
+in the same call hold: ``share_r = budget - sum(held_j, j < r)``; the step's predicted peak is
+``max_r(sum(held_j, j < r) + peak_r)``, within the budget by construction. This split is greedy
+(an early region takes the fastest plan that fits its share, which can leave a later region too
+little; it then refuses, naming its share and least). A fraction or percentage is of the step's
+store-all peak as known when the region compiles: ``sum(held_j, j < r)`` plus the region's own
+store-all peak.
+
+Units: bytes (int), milliseconds (float), seconds (float) for solve times.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import fx
+from torch._functorch import partitioners as tp
+from torch._inductor.custom_graph_pass import CustomPartitionerFn
+
+from remat.joint.plan import Realized, realize
+from remat.joint.profile import JointProfile, apply_torch_safety, joint_profile
+from remat.joint.solve import Front, solve_front
+from remat.joint.timing import TIME_SOURCES, node_times
+from remat.schedules import RematError, Schedule
+from remat.schedules.units import parse_size
+from remat.solver.common import make_schedule
+
+
+def resolve_budget(budget: int | float | str, reference: int) -> int:
+    """Bytes from ``budget``: an int (bytes), a size (``"6GiB"``), a percentage (``"40%"``) or a
+    float in (0, 1] (a fraction) of ``reference`` bytes (remat.checkpoint's forms)."""
+    if isinstance(budget, float):
+        if not 0.0 < budget <= 1.0:
+            raise RematError(f"budget: a float is a fraction of the store-all peak in (0, 1], got {budget}")
+        return int(budget * reference)
+    return parse_size(budget, reference=reference)
+
+
+@dataclass(frozen=True)
+class RegionPlan:
+    """What remat chose for one compiled region (one joint graph, one input shape).
+
+    Attributes:
+        region: the region's place among those compiled in its call (0 = first).
+        shapes: the shapes of the joint graph's primal inputs (parameters and inputs).
+        share: the region's budget (bytes); ``held_before``: bytes the earlier regions hold.
+        chosen: the realized partition (save set, recomputed set, peak, time).
+        source: which solver (and solver budget) proposed it.
+        least: the least peak (bytes) among the candidates; store_all: the store-all partition.
+        held: bytes this region holds after its forward (saved values and forward outputs).
+        schedule: the partition as a remat graph schedule on ``joint.profile``.
+        times: where the node times came from (:mod:`remat.joint.timing`).
+        solve_seconds: seconds from the joint graph to the chosen plan (profiling included).
+    """
+
+    region: int
+    shapes: tuple[tuple[int, ...], ...]
+    share: int
+    held_before: int
+    chosen: Realized
+    source: str
+    least: int
+    store_all: Realized
+    held: int
+    schedule: Schedule
+    joint: JointProfile = field(repr=False)
+    graph: fx.GraphModule = field(repr=False, compare=False, default=None)
+    times: str = "measured"
+    solve_seconds: float = 0.0
+    candidates: int = 0
+
+    @property
+    def saved(self) -> tuple[str, ...]:
+        """Names of the values the forward saves."""
+        return tuple(self.joint.profile.nodes[g].name for g in sorted(self.chosen.saved))
+
+    @property
+    def recomputed(self) -> tuple[str, ...]:
+        """Names of the forward values the backward computes."""
+        return tuple(self.joint.profile.nodes[g].name for g in sorted(self.chosen.recomputed))
+
+    @property
+    def step_peak(self) -> int:
+        """The step's predicted peak while this region runs (bytes): ``held_before + peak``."""
+        return self.held_before + self.chosen.peak
+
+
+class Session:
+    """The budget and options of one ``remat.compile``, the fronts solved so far (by graph
+    structure: a recompile of the same graph reuses its front), the choices fixed by
+    :func:`remat.joint.split.split`, and every region plan made."""
+
+    def __init__(self, budget: int | float | str, times: str, ilp_seconds: float, repeats: int) -> None:
+        if times not in TIME_SOURCES:
+            raise RematError(f"times: expected one of {', '.join(TIME_SOURCES)}, got {times!r}")
+        if isinstance(budget, bool) or not isinstance(budget, (int, float, str)):
+            raise RematError(f"budget: expected bytes (int), a size or percentage (str) or a fraction, got {budget!r}")
+        if isinstance(budget, str):
+            parse_size(budget, reference=1 << 40)  # a malformed size is refused before any compile
+        self.budget, self.times, self.ilp_seconds, self.repeats = budget, times, float(ilp_seconds), int(repeats)
+        self.plans: list[RegionPlan] = []
+        self.joints: dict[str, tuple[JointProfile, Front]] = {}
+        self.assigned: dict[tuple[int, str], frozenset[int]] = {}
+        self.step_budget: int | None = None
+        self.begin_call()
+
+    def begin_call(self) -> None:
+        """Forget the regions of the previous call (each call's regions compile in forward order)."""
+        self.call_plans: list[RegionPlan] = []
+        self.call_keys: list[tuple[int, str]] = []
+        self.call_fronts: list[Front] = []
+
+
+def structure_key(jp: JointProfile) -> str:
+    """A digest of the joint profile without its times: the same graph at the same shapes."""
+    nodes = [(n.name, n.size, n.backward, n.recompute) for n in jp.profile.nodes]
+    return hashlib.sha256(repr((nodes, jp.profile.edges, sorted(jp.pinned))).encode()).hexdigest()
+
+
+class RematPartitioner(CustomPartitionerFn):
+    """The partitioner inductor calls; its ``uuid`` is unique to it, so inductor's caches never
+    hand another partitioner's graphs back (a cache hit would skip the partitioner)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.token = f"remat-{uuid.uuid4()}"
+
+    def uuid(self) -> Any:
+        return self.token
+
+    def __call__(
+        self, gm: fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any
+    ) -> tuple[fx.GraphModule, fx.GraphModule]:
+        num_fwd_outputs = int(kwargs["num_fwd_outputs"])
+        static_indices = kwargs.get("static_lifetime_input_indices") or []
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+        if tp.has_recomputable_ops(gm):
+            raise RematError(
+                "remat.compile: the model checkpoints itself (torch.utils.checkpoint) inside the compiled "
+                "region; remove it, remat chooses what to recompute"
+            )
+        tangents = [n for n in gm.graph.nodes if n.op == "placeholder" and tp._is_tangent(n)]
+        if not any(n.users for n in tangents):
+            return tp.default_partition(
+                gm, joint_inputs, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=static_indices
+            )
+        return self._partition(gm, joint_inputs, num_fwd_outputs, static_indices)
+
+    def _front(
+        self, gm: fx.GraphModule, joint_inputs: Sequence[object], num_fwd_outputs: int, static: list[fx.Node]
+    ) -> tuple[JointProfile, Front, str, str, int]:
+        """The joint profile and front of ``gm`` (solved, or reused for a graph seen before), its
+        structure key, its times' source and its share of the budget (bytes)."""
+        session = self.session
+        region = len(session.call_keys)
+        held_before = sum(p.held for p in session.call_plans)
+        untimed = joint_profile(gm, {}, num_fwd_outputs, name=f"region{region}")
+        key = structure_key(untimed)
+        if key in session.joints:
+            jp, front = session.joints[key]
+            source = "reused"
+        else:
+            times = node_times(gm, joint_inputs, session.times, session.repeats)
+            jp = joint_profile(gm, times.ms, num_fwd_outputs, name=f"region{region}")
+
+            def share_of(store_all_peak: int) -> int:
+                return resolve_budget(session.budget, held_before + store_all_peak) - held_before
+
+            front, _ = solve_front(jp, gm, share_of, static, session.ilp_seconds)
+            session.joints[key] = (jp, front)
+            source = times.source
+        if session.step_budget is not None:
+            share = session.step_budget - held_before
+        else:
+            share = resolve_budget(session.budget, held_before + front.store_all.peak) - held_before
+        return jp, front, key, source, share
+
+    def _partition(
+        self, gm: fx.GraphModule, joint_inputs: Sequence[object], num_fwd_outputs: int, static_indices: Sequence[int]
+    ) -> tuple[fx.GraphModule, fx.GraphModule]:
+        session = self.session
+        start = time.perf_counter()
+        apply_torch_safety(gm)
+        primals = [n for n in gm.graph.nodes if n.op == "placeholder" and tp._is_primal(n)]
+        static = [p for i, p in enumerate(primals) if i in set(static_indices)]
+        region = len(session.call_keys)
+        held_before = sum(p.held for p in session.call_plans)
+        jp, front, key, times, share = self._front(gm, joint_inputs, num_fwd_outputs, static)
+        session.call_keys.append((region, key))
+        session.call_fronts.append(front)
+        assigned = session.assigned.get((region, key))
+        if assigned is not None:
+            pick = next(k for k, c in enumerate(front.candidates) if c.saved == assigned)
+            source = f"{front.sources[pick]} (split across regions)"
+        else:
+            try:
+                chosen, source = front.choose(share)
+            except RematError as error:
+                if held_before:
+                    raise RematError(
+                        f"{error} (region {region}: its share after {held_before} bytes held by earlier regions)"
+                    ) from None
+                raise
+            pick = front.candidates.index(chosen)
+        # inductor rewrites the graphs it is given: every compile gets its own, from this joint graph
+        chosen = realize(jp, gm, front.candidates[pick].saved, static)
+        extra = {"source": source}
+        schedule = make_schedule(jp.profile, max(share, chosen.peak), "remat.compile", chosen.ops, extra=extra)
+        shapes = tuple(
+            tuple(int(d) for d in p.meta["val"].shape) for p in primals if isinstance(p.meta.get("val"), torch.Tensor)
+        )
+        plan = RegionPlan(
+            region=region,
+            shapes=shapes,
+            share=share,
+            held_before=held_before,
+            chosen=chosen,
+            source=source,
+            least=front.least,
+            store_all=front.store_all,
+            held=chosen.held,
+            schedule=schedule,
+            joint=jp,
+            graph=gm,
+            times=times,
+            solve_seconds=time.perf_counter() - start,
+            candidates=len(front.candidates),
+        )
+        session.plans.append(plan)
+        session.call_plans.append(plan)
+        return chosen.forward, chosen.backward
+
+
+__all__ = ["Front", "RegionPlan", "RematPartitioner", "Session", "resolve_budget"]

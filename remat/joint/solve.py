@@ -1,0 +1,147 @@
+"""Choosing the save set of a joint graph under a byte budget (docs/compile.md, "How it solves").
+
+The graph solvers work on the joint profile and return general schedules; a forward/backward
+pair realizes only part of what they can express (:mod:`remat.joint.plan`), so every schedule is
+turned into its save set (:func:`~remat.joint.plan.held_at_backward`) and judged by the realized
+partition's own simulated peak and time. The candidates:
+
+1. store-all (save everything the backward reads) and save-nothing (only pinned values and the
+   primals: the backward recomputes the whole forward);
+2. the ``hierarchical`` solver at :data:`GRID` budgets from its least budget to the store-all
+   peak, and at the caller's budget lowered by each overshoot (:data:`REPAIRS` times): a
+   realized partition can peak above the solver's schedule (its recomputations all live until
+   their last use, its gradients until the backward returns);
+3. the ``ilp`` (Checkmate's, warm-started from the hierarchical plan) at the budget of the best
+   hierarchical candidate, for ``ilp_seconds`` seconds, on graphs of at most :data:`ILP_NODES`
+   nodes (its model grows with the square of the node count).
+
+Among the candidates within the budget, the fastest wins (ties: the lower peak). The least budget
+is the least realized peak among the candidates; below it the refusal names it.
+
+Units: bytes (int), milliseconds (float), seconds for ``ilp_seconds``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from torch import fx
+
+from remat.joint.plan import Realized, held_at_backward, realize
+from remat.joint.profile import JointProfile
+from remat.schedules import RematError, simulate_graph
+from remat.schedules.units import format_size
+from remat.solver.graph import hierarchical, ilp
+from remat.solver.graph.baselines import store_all_plan
+from remat.solver.graph.stages import plan_ops
+
+GRID = 12
+REPAIRS = 4
+ILP_NODES = 300
+
+
+@dataclass(frozen=True)
+class Front:
+    """Every realized candidate of one joint graph (deduplicated by save set) and where each came from."""
+
+    candidates: tuple[Realized, ...]
+    sources: tuple[str, ...]
+
+    @property
+    def least(self) -> int:
+        """The least realized peak (bytes)."""
+        return min(c.peak for c in self.candidates)
+
+    @property
+    def store_all(self) -> Realized:
+        """The store-all partition (the first candidate)."""
+        return self.candidates[0]
+
+    def choose(self, budget: int) -> tuple[Realized, str]:
+        """The fastest candidate within ``budget`` bytes and its source; a one-line
+        :class:`RematError` naming the least budget below it."""
+        fitting = [(c, s) for c, s in zip(self.candidates, self.sources, strict=True) if c.peak <= budget]
+        if not fitting:
+            raise RematError(
+                f"remat.compile: budget {format_size(budget)} ({budget} bytes) is below the least this graph "
+                f"can meet, {format_size(self.least)} ({self.least} bytes)"
+            )
+        return min(fitting, key=lambda item: (item[0].ms, item[0].peak))
+
+
+class _Collector:
+    def __init__(self, jp: JointProfile, gm: fx.GraphModule, static_inputs: Sequence[fx.Node]) -> None:
+        self.jp, self.gm, self.static = jp, gm, static_inputs
+        self.by_saved: dict[frozenset[int], tuple[Realized, str]] = {}
+        self.order: list[frozenset[int]] = []
+
+    def add(self, saved: frozenset[int], source: str) -> Realized:
+        key = frozenset(saved)
+        if key not in self.by_saved:
+            realized = realize(self.jp, self.gm, key, self.static)
+            self.by_saved[key] = (realized, source)
+            self.order.append(key)
+        return self.by_saved[key][0]
+
+    def schedule(self, budget: int, source: str) -> Realized | None:
+        try:
+            found = hierarchical.solve(self.jp.profile, int(budget))
+        except RematError:
+            return None
+        return self.add(held_at_backward(self.jp, found.ops), f"{source} at {budget} bytes")
+
+    def front(self) -> Front:
+        items = [self.by_saved[k] for k in self.order]
+        return Front(tuple(r for r, _ in items), tuple(s for _, s in items))
+
+
+def solve_front(
+    jp: JointProfile,
+    gm: fx.GraphModule,
+    budget: int | Callable[[int], int] | None,
+    static_inputs: Sequence[fx.Node] = (),
+    ilp_seconds: float = 0.0,
+) -> tuple[Front, int | None]:
+    """The realized candidates of ``jp`` (see the module docstring) and the budget (bytes) they
+    were steered by: ``budget`` itself, or ``budget(store-all peak)`` when it is a function (a
+    fraction of it), or None for none in particular (no repairs, no ILP)."""
+    profile = jp.profile
+    found = _Collector(jp, gm, static_inputs)
+    store_all = found.add(jp.forward, "store-all")
+    if callable(budget):
+        budget = int(budget(store_all.peak))
+    found.add(frozenset(), "save-nothing")
+    top = simulate_graph(profile, plan_ops(profile, store_all_plan(profile)), timeline=False).peak_memory
+    try:
+        low = hierarchical.least_budget(profile)
+    except RematError:  # a graph the hierarchical solver cannot cut: the two extremes only
+        return found.front(), budget
+    for k in range(GRID):
+        found.schedule(low + (top - low) * k // max(1, GRID - 1), "hierarchical")
+    if budget is not None:
+        target = int(budget)
+        for _ in range(REPAIRS):
+            if target < low:
+                break
+            got = found.schedule(target, "hierarchical, repaired")
+            if got is None or got.peak <= budget:
+                break
+            target -= got.peak - int(budget)
+    if ilp_seconds > 0 and profile.size <= ILP_NODES and budget is not None:
+        _ilp(found, budget, low, ilp_seconds)
+    return found.front(), budget
+
+
+def _ilp(found: _Collector, budget: int, low: int, seconds: float) -> None:
+    """The ILP at the solver budget of the best hierarchical candidate within ``budget``."""
+    try:
+        best, source = found.front().choose(budget)
+    except RematError:
+        return
+    solver_budget = int(source.rsplit(" at ", 1)[1].split()[0]) if " at " in source else budget
+    try:
+        plan = ilp.solve(found.jp.profile, max(low, solver_budget), time_limit=float(seconds))
+    except RematError:
+        return
+    found.add(held_at_backward(found.jp, plan.ops), f"ilp at {solver_budget} bytes ({seconds:g} s)")
