@@ -44,6 +44,7 @@ from remat.measure.memory import storage_key
 from remat.trace.capture import TrainingStep, first_tensor_index, reduce_output, trace
 from remat.trace.nodes import module_path, mutates
 from remat.trace.positions import Plan, Source, plan
+from remat.trace.stage_errors import running_stage
 from remat.trace.stages import CutChain, CutStage, LeafCheck, leaf_check
 
 
@@ -53,7 +54,8 @@ def _aliasing_stage(chain: CutChain, x: torch.Tensor) -> int | None:
     with torch.no_grad():
         for k, stage in enumerate(chain.stages):
             held = {storage_key(t) for t in (*stage.parameters(), *stage.buffers(), x)}
-            out = stage(x)
+            with running_stage(chain.names[k], stage, x):  # a model error: one line naming where
+                out = stage(x)
             if storage_key(out) in held:
                 return k
             x = out

@@ -13,7 +13,7 @@ from torch import nn
 import remat
 from remat.schedules import RematError
 from remat.solver.chain.optimal import minimum_budget
-from remat.trace.proof import _check_stage_reruns
+from remat.trace.proof import check_forward_kinds
 
 
 class NoGradScale(nn.Module):
@@ -154,9 +154,9 @@ class _RecordsAnyway(nn.Module):
 def test_the_proof_refuses_a_stage_that_changes_a_side_value_in_one_line():
     side = torch.zeros(3)
     with pytest.raises(RematError, match=r"stage 'block' changes side value 'mask' in place .*cannot run twice"):
-        _check_stage_reruns(_fake_chain(_ChangesSide(side), side), (), {}, None)
+        check_forward_kinds(_fake_chain(_ChangesSide(side), side), (), {}, None)
 
 
 def test_the_proof_refuses_a_stage_that_records_under_no_grad_in_one_line():
     with pytest.raises(RematError, match=r"stage 'block' records a graph under no_grad \(MulBackward0\)"):
-        _check_stage_reruns(_fake_chain(_RecordsAnyway()), (), {}, None)
+        check_forward_kinds(_fake_chain(_RecordsAnyway()), (), {}, None)

@@ -1,0 +1,134 @@
+"""An exception raised by the user's model while a stage of a cut runs, as one line.
+
+A traced stage is a graph module: Dynamo inlined the user's modules, so a Python traceback of a
+failing stage shows torch's functions and the module's generated code (``<eval_with_key>``), and
+torch.fx prints that traceback to stderr itself before it re-raises the error with its frames cut
+off. The one line names what the user wrote instead (docs/models.md, "The proof"):
+
+    model: stage 'encoder.block.0' fails to run (in T5Attention 'encoder.block.0.layer.0.SelfAttention',
+    at modeling_t5.py:412): IndexError: index out of range in self; refused
+
+The node that raised is found by running the stage's body again, node by node
+(:class:`torch.fx.Interpreter`), from the same input and side values; each node of a Dynamo
+graph carries the module that made it (``nn_module_stack``) and the user's source line
+(``stack_trace``). :func:`running_stage` wraps every stage run of the trace room (the cut, the
+fused hand-offs, the proof): it keeps fx's printed traceback off stderr, puts the grad mode back
+(NOTE [Grad mode inside a stage]) and turns the exception into that line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch import nn
+
+from remat.model_errors import first_line, where_in_model
+from remat.schedules import RematError
+from remat.trace.nodes import module_path
+
+_FILE_LINE = re.compile(r'File "([^"]+)", line (\d+)')
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+_REMAT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def source_line(node: fx.Node) -> str | None:
+    """``modeling_t5.py:412``: the innermost frame of ``node``'s recorded stack that is the user's
+    code (neither torch's nor remat's), or None when Dynamo recorded none."""
+    frames = _FILE_LINE.findall(node.meta.get("stack_trace") or "")
+    user = [(f, n) for f, n in frames if not os.path.abspath(f).startswith((_TORCH_DIR, _REMAT_DIR))]
+    if not user:
+        return None
+    path, line = user[-1]
+    return f"{os.path.basename(path)}:{line}"
+
+
+def node_location(node: fx.Node) -> str:
+    """``in T5Attention 'encoder.block.0.layer.0.SelfAttention', at modeling_t5.py:412`` for a node
+    of a traced step (the module is left out when the node is the step's own code, the loss)."""
+    parts = []
+    stack = node.meta.get("nn_module_stack") or {}
+    if stack:
+        kind = list(stack.values())[-1][1]
+        kind = kind.__name__ if isinstance(kind, type) else str(kind).rsplit(".", 1)[-1].strip("'>")
+        path = module_path(node)
+        parts.append(f"in {kind}" + (f" '{path}'" if path else ""))
+    line = source_line(node)
+    if line:
+        parts.append(f"at {line}")
+    return ", ".join(parts) or f"node {node.name}"
+
+
+class _Locator(fx.Interpreter):
+    """Runs a graph module node by node and remembers the node that raised."""
+
+    def __init__(self, gm: fx.GraphModule) -> None:
+        super().__init__(gm)
+        self.extra_traceback = False
+        self.failed: fx.Node | None = None
+
+    def run_node(self, n: fx.Node) -> Any:
+        try:
+            return super().run_node(n)
+        except Exception:
+            self.failed = n
+            raise
+
+
+def failing_node(stage: nn.Module, x: Any) -> fx.Node | None:
+    """The node of ``stage``'s traced body that raises when it runs on ``x`` (and the stage's side
+    values of the current call), or None: not a traced stage, or it does not raise again."""
+    body, sides, context = (getattr(stage, name, None) for name in ("body", "sides", "context"))
+    if not isinstance(body, fx.GraphModule) or sides is None or context is None:
+        return None
+    values = getattr(context, "values", {})
+    if any(name not in values for name in sides):
+        return None
+    inputs = (*(x if isinstance(x, tuple) else (x,)), *(values[name] for name in sides))
+    locator = _Locator(body)
+    with torch.set_grad_enabled(torch.is_grad_enabled()), torch.no_grad():
+        try:
+            locator.run(*inputs)
+        except Exception:  # noqa: BLE001 - the same error again: the node that raised is what we want
+            return locator.failed
+    return None
+
+
+def stage_error(name: str, stage: nn.Module, x: Any, error: BaseException) -> RematError:
+    """The one-line :class:`RematError` for ``error``, raised while stage ``name`` ran on ``x``."""
+    node = failing_node(stage, x)
+    where = node_location(node) if node is not None else where_in_model(error)
+    where = re.sub(r"^stage '[^']*', ", "", where or "")
+    return RematError(
+        f"model: stage '{name}' fails to run" + (f" ({where})" if where else "") + f": {first_line(error)}; refused"
+    )
+
+
+@contextlib.contextmanager
+def running_stage(name: str, stage: nn.Module, x: Any) -> Iterator[None]:
+    """Run a stage of the trace room inside: a model error becomes :func:`stage_error`'s line, the
+    grad mode is put back, and what torch.fx prints of a failing graph module stays off stderr
+    (what else was written to stderr meanwhile is passed on)."""
+    mode, held = torch.is_grad_enabled(), io.StringIO()
+    try:
+        with contextlib.redirect_stderr(held):
+            yield
+    except RematError:
+        torch.set_grad_enabled(mode)
+        raise
+    except Exception as error:  # noqa: BLE001 - the user's model failed inside a stage: one line
+        torch.set_grad_enabled(mode)
+        sys.stderr.write(held.getvalue().split("Traceback (most recent call last):", 1)[0])
+        raise stage_error(name, stage, x, error) from None
+    else:
+        sys.stderr.write(held.getvalue())
+
+
+__all__ = ["failing_node", "node_location", "running_stage", "source_line", "stage_error"]
