@@ -37,6 +37,11 @@ VIEW_NAMES = {
     "view", "reshape", "transpose", "permute", "expand", "expand_as", "squeeze", "unsqueeze", "flatten",
     "unflatten", "getitem", "t", "narrow", "select", "as_strided", "view_as", "split", "chunk", "contiguous",
     "detach", "to", "type", "float", "type_as", "movedim", "swapaxes", "unbind", "identity", "clone_",
+    # views the list above missed: an in-place op on one of them changes the tensor it views
+    # (docs/models.md, "How a model is cut": a cut is never made before such an op)
+    "diagonal", "unfold", "tensor_split", "split_with_sizes", "hsplit", "vsplit", "dsplit", "moveaxis",
+    "swapdims", "ravel", "view_as_real", "view_as_complex", "real", "imag", "mT", "mH", "adjoint", "alias",
+    "half", "double", "bfloat16", "cpu", "cuda",
 }  # fmt: skip
 """Names of functions and methods whose output may share its input's storage."""
 

@@ -315,6 +315,16 @@ def _mutation_of(stage: nn.Module, placeholder: str) -> str:
     return describe_op(found[0]) if found else "an op the traced graph does not show as in place"
 
 
+def _unchanged(now: torch.Tensor, before: torch.Tensor) -> bool:
+    """``torch.equal``, with NaN equal to NaN: a side value made by ``torch.empty`` (StochasticDepth's
+    noise before its ``bernoulli_``) holds whatever the memory held, NaN bit patterns included."""
+    if torch.equal(now, before):
+        return True
+    if not (now.is_floating_point() or now.is_complex()) or now.shape != before.shape:
+        return False
+    return bool(((now == before) | (now.isnan() & before.isnan())).all())
+
+
 class _Inputs:
     """A stage's input and the call's side values, copied, to tell whether a run changed them."""
 
@@ -329,8 +339,8 @@ class _Inputs:
         # the version counter is the cheap first signal; torch.equal decides (a write through
         # ``.data`` does not move the counter, an in-place op that rewrites equal values does)
         moved = sorted(self.sides, key=lambda k: self.sides[k]._version == self.versions[k])
-        changed = [k for k in moved if not torch.equal(self.sides[k], self.copies[k])]
-        if changed or not torch.equal(self.x, self.x_copy):
+        changed = [k for k in moved if not _unchanged(self.sides[k], self.copies[k])]
+        if changed or not _unchanged(self.x, self.x_copy):
             what = f"side value '{changed[0]}'" if changed else "its input"
             op = _mutation_of(stage, f"side_{changed[0]}" if changed else "x")
             raise RematError(f"model: stage '{name}' changes {what} in place ({op}) in {kind}, so it cannot "
@@ -411,19 +421,21 @@ def _check_stage(name: str, stage: nn.Module, x: torch.Tensor, sides: dict, opti
     """Run stage ``name`` on ``x`` as every forward kind of the replay runs it; return its output."""
     inputs, rerun = _Inputs(x, sides), _Rerun(stage)
     params = list({id(p): p for p in stage.parameters() if p.requires_grad}.values())
-    with running_stage(name, stage, x):
+    with running_stage(name, stage, x, "a no-grad forward (F_ck, F_n)"):
         first = _no_grad_twice(name, stage, x, inputs, rerun)
-        reference = None
-        for kind, forward in _recording_kinds(stage, x, options).items():
-            rerun()
-            out, grads = _recorded(forward, x, params)
-            inputs.check(name, stage, kind)
-            if not _same(out, first):
-                raise _refuse(name, f"gives another output in {kind} than in a no-grad forward from the same input")
-            if reference is not None and not all(_same(a, b) for a, b in zip(reference, grads, strict=True)):
-                raise _refuse(name, f"gives other gradients in {kind} than in its recording forward (F_all)")
-            reference = grads if reference is None else reference
+        kinds = _recording_kinds(stage, x, options)
+    reference = None
+    for kind, forward in kinds.items():
         rerun()
+        with running_stage(name, stage, x, kind):
+            out, grads = _recorded(forward, x, params)
+        inputs.check(name, stage, kind)
+        if not _same(out, first):
+            raise _refuse(name, f"gives another output in {kind} than in a no-grad forward from the same input")
+        if reference is not None and not all(_same(a, b) for a, b in zip(reference, grads, strict=True)):
+            raise _refuse(name, f"gives other gradients in {kind} than in its recording forward (F_all)")
+        reference = grads if reference is None else reference
+    rerun()
     return first
 
 

@@ -30,6 +30,7 @@ import torch.fx as fx
 
 from remat.trace.nodes import is_view, mutates, node_name
 from remat.trace.positions import Plan
+from remat.trace.stage_errors import source_line
 
 
 def aliases(node: fx.Node) -> list[fx.Node]:
@@ -69,8 +70,10 @@ def copy_mutated_sides(gm: fx.GraphModule) -> fx.GraphModule:
 
 
 def describe_op(node: fx.Node) -> str:
-    """``iadd (relative_buckets += ...)``-like: the op's name and the node it is in the traced graph."""
-    return f"{node_name(node)} ({node.name})"
+    """``iadd at modeling_t5.py:398``: the op's name and the user's source line (or, when Dynamo
+    recorded none, the node's name in the traced graph)."""
+    line = source_line(node)
+    return f"{node_name(node)} at {line}" if line else f"{node_name(node)} (node {node.name})"
 
 
 def shared_change(plan_: Plan) -> tuple[str, str, str, str] | None:

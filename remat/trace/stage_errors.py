@@ -8,12 +8,15 @@ off. The one line names what the user wrote instead (docs/models.md, "The proof"
     model: stage 'encoder.block.0' fails to run (in T5Attention 'encoder.block.0.layer.0.SelfAttention',
     at modeling_t5.py:412): IndexError: index out of range in self; refused
 
-The node that raised is found by running the stage's body again, node by node
-(:class:`torch.fx.Interpreter`), from the same input and side values; each node of a Dynamo
-graph carries the module that made it (``nn_module_stack``) and the user's source line
-(``stack_trace``). :func:`running_stage` wraps every stage run of the trace room (the cut, the
-fused hand-offs, the proof): it keeps fx's printed traceback off stderr, puts the grad mode back
-(NOTE [Grad mode inside a stage]) and turns the exception into that line.
+The node that raised is the one whose line of the generated code is on the traceback
+(``GraphModule._lineno_map``); when torch.fx has cut those frames off (an error raised by the
+generated code itself), the stage's body is run again, node by node (:class:`torch.fx.Interpreter`),
+from the same input and side values. Each node of a Dynamo graph carries the module that made it
+(``nn_module_stack``) and the user's source line (``stack_trace``).
+
+:func:`running_stage` wraps every stage run of the trace room (the cut, the fused hand-offs, the
+proof): it keeps fx's printed traceback off stderr, puts the grad mode back (NOTE [Grad mode
+inside a stage]) and turns the exception into that line.
 """
 
 from __future__ import annotations
@@ -101,18 +104,34 @@ def failing_node(stage: nn.Module, x: Any) -> fx.Node | None:
     return None
 
 
-def stage_error(name: str, stage: nn.Module, x: Any, error: BaseException) -> RematError:
-    """The one-line :class:`RematError` for ``error``, raised while stage ``name`` ran on ``x``."""
-    node = failing_node(stage, x)
+def raising_node(error: BaseException) -> fx.Node | None:
+    """The node of a graph module whose generated code line is on ``error``'s traceback (the
+    innermost one), or None (torch.fx cuts those frames off an error raised in that code itself)."""
+    found = None
+    tb = error.__traceback__
+    while tb is not None:
+        owner = tb.tb_frame.f_locals.get("self")
+        if isinstance(owner, fx.GraphModule) and tb.tb_frame.f_code.co_filename.startswith("<eval_with_key"):
+            index = (getattr(owner, "_lineno_map", None) or {}).get(tb.tb_lineno - getattr(owner, "_prologue_start", 0))
+            nodes = list(owner.graph.nodes)
+            found = nodes[index] if index is not None and index < len(nodes) else found
+        tb = tb.tb_next
+    return found
+
+
+def stage_error(name: str, stage: nn.Module, x: Any, error: BaseException, kind: str = "") -> RematError:
+    """The one-line :class:`RematError` for ``error``, raised while stage ``name`` ran on ``x``
+    (as ``kind``, a forward kind of the replay, when given)."""
+    node = raising_node(error) or failing_node(stage, x)
     where = node_location(node) if node is not None else where_in_model(error)
     where = re.sub(r"^stage '[^']*', ", "", where or "")
-    return RematError(
-        f"model: stage '{name}' fails to run" + (f" ({where})" if where else "") + f": {first_line(error)}; refused"
-    )
+    how = f" in {kind}" if kind else ""
+    where = f" ({where})" if where else ""
+    return RematError(f"model: stage '{name}' fails to run{how}{where}: {first_line(error)}; refused")
 
 
 @contextlib.contextmanager
-def running_stage(name: str, stage: nn.Module, x: Any) -> Iterator[None]:
+def running_stage(name: str, stage: nn.Module, x: Any, kind: str = "") -> Iterator[None]:
     """Run a stage of the trace room inside: a model error becomes :func:`stage_error`'s line, the
     grad mode is put back, and what torch.fx prints of a failing graph module stays off stderr
     (what else was written to stderr meanwhile is passed on)."""
@@ -126,9 +145,9 @@ def running_stage(name: str, stage: nn.Module, x: Any) -> Iterator[None]:
     except Exception as error:  # noqa: BLE001 - the user's model failed inside a stage: one line
         torch.set_grad_enabled(mode)
         sys.stderr.write(held.getvalue().split("Traceback (most recent call last):", 1)[0])
-        raise stage_error(name, stage, x, error) from None
+        raise stage_error(name, stage, x, error, kind) from None
     else:
         sys.stderr.write(held.getvalue())
 
 
-__all__ = ["failing_node", "node_location", "running_stage", "source_line", "stage_error"]
+__all__ = ["failing_node", "node_location", "raising_node", "running_stage", "source_line", "stage_error"]
