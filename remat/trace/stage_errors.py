@@ -5,8 +5,12 @@ failing stage shows torch's functions and the module's generated code (``<eval_w
 torch.fx prints that traceback to stderr itself before it re-raises the error with its frames cut
 off. The one line names what the user wrote instead (docs/models.md, "The proof"):
 
-    model: stage 'encoder.block.0' fails to run (in T5Attention 'encoder.block.0.layer.0.SelfAttention',
-    at modeling_t5.py:412): IndexError: index out of range in self; refused
+    model: stage 'encoder.block.0-1' fails to run (in Embedding
+    'encoder.block.0.layer.0.SelfAttention.relative_attention_bias', at modeling_t5.py:277):
+    IndexError: index out of range in self; refused
+
+(T5 whose ``relative_buckets`` a stage changed in place, at the stage's second run, before
+:mod:`remat.trace.repeatable` copied them.)
 
 The node that raised is the one whose line of the generated code is on the traceback
 (``GraphModule._lineno_map``); when torch.fx has cut those frames off (an error raised by the
