@@ -182,3 +182,40 @@ def test_every_option_of_every_stage_of_t5_and_llama_is_proven():
         for stage in chain.stages:
             a = stage(a)
             assert a.grad_fn is None
+
+
+def test_a_stage_that_fails_inside_its_no_grad_region_leaves_grad_on_and_says_so_in_one_line():
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    graph.call_function(torch._C._set_grad_enabled, (False,))
+    product = graph.call_function(torch.mm, (x, x))  # (2, 3) @ (2, 3): fails
+    graph.call_function(torch._C._set_grad_enabled, (True,))
+    graph.output(product)
+    body = within_entry_grad_mode(fx.GraphModule(nn.Module(), graph))
+    with pytest.raises(RematError, match=r"^model: stage 'toy' fails to run .*RuntimeError: mat1 and mat2"):
+        with running_stage("toy", body, torch.ones(2, 3)):
+            body(torch.ones(2, 3))
+    assert torch.is_grad_enabled()
+
+
+class LeavesNaNAlone(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+
+def test_a_side_value_holding_nan_that_no_stage_changes_passes():
+    chain = _fake_chain(LeavesNaNAlone())
+    chain.context.values = {"noise": torch.full((3,), float("nan"))}  # torch.empty may hold NaN patterns
+    check_forward_kinds(chain, (), {})
+
+
+@pytest.mark.parametrize("view", [("flatten", 1), ("ravel",), ("view", -1)])
+def test_each_view_of_an_input_changed_in_place_is_copied(view):
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    flat = graph.call_method(view[0], (x, *view[1:]))
+    graph.call_method("add_", (flat, 1.0))
+    graph.output(graph.call_method("sum", (flat,)))
+    body = copy_mutated_sides(fx.GraphModule(nn.Module(), graph))
+    x = torch.zeros(2, 3)
+    assert body(x).item() == body(x).item() == 6.0 and torch.equal(x, torch.zeros(2, 3))
