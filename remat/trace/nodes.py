@@ -25,8 +25,13 @@ INPLACE_OPERATORS = {
 }  # fmt: skip
 """``operator`` functions that change their first argument in place (``x += y``, ``x[i] = v``)."""
 
-CONTEXT_FUNCTIONS = {"_set_grad_enabled", "_enter_autocast", "_exit_autocast", "set_grad_enabled"}
-"""Functions that open or close a grad-mode or autocast region in a dynamo graph."""
+CONTEXT_FUNCTIONS = {
+    "_set_grad_enabled", "_enter_autocast", "_exit_autocast", "set_grad_enabled", "_enter_inference_mode",
+    "_exit_inference_mode",
+}  # fmt: skip
+"""Functions that open or close a grad-mode, inference-mode or autocast region in a dynamo graph (a
+region stays inside one stage: an inference-mode region entered in the side-value prelude and left
+in a stage made the cut compute other gradients)."""
 
 RANDOM_WORDS = ("dropout", "rand", "bernoulli", "normal", "multinomial", "poisson", "exponential", "cauchy",
                 "geometric", "uniform", "rrelu")  # fmt: skip

@@ -219,3 +219,23 @@ def test_each_view_of_an_input_changed_in_place_is_copied(view):
     body = copy_mutated_sides(fx.GraphModule(nn.Module(), graph))
     x = torch.zeros(2, 3)
     assert body(x).item() == body(x).item() == 6.0 and torch.equal(x, torch.zeros(2, 3))
+
+
+class InferenceScale(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.a(x)
+        with torch.inference_mode():
+            scale = h.abs().mean() + 1.0
+        return self.b(h / scale.clone())
+
+
+def test_an_inference_mode_region_stays_inside_one_stage_and_the_cut_is_proven():
+    torch.manual_seed(0)
+    model, x = nn.Sequential(InferenceScale(), InferenceScale()), torch.randn(4, 8)
+    chain = cut_model(model, (x,), {})  # before: the region opened in the prelude; other gradients, refused
+    bodies = [[n.name for n in s.body.graph.nodes if "inference_mode" in n.name] for s in chain.stages]
+    assert all(len(names) in (0, 2) for names in bodies) and any(bodies)
