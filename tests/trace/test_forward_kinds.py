@@ -26,7 +26,8 @@ def policy_options(stage: nn.Module, x: torch.Tensor) -> dict:
 
 
 class Toggles(nn.Module):
-    """``no_grad`` as a region and as the ``set_grad_enabled`` call, on the block's own activations."""
+    """``no_grad`` as a region and as the ``set_grad_enabled`` call, and an ``enable_grad`` region, on the
+    block's own activations."""
 
     def __init__(self, width: int) -> None:
         super().__init__()
@@ -39,6 +40,8 @@ class Toggles(nn.Module):
         torch.set_grad_enabled(False)
         shift = h.mean(0)
         torch.set_grad_enabled(True)
+        with torch.enable_grad():  # traced in a training step: must not record under F_ck / F_n
+            h = h * 1.5
         return h / scale + h - shift
 
 
