@@ -91,20 +91,23 @@ class _Locator(fx.Interpreter):
 
 def failing_node(stage: nn.Module, x: Any) -> fx.Node | None:
     """The node of ``stage``'s traced body that raises when it runs on ``x`` (and the stage's side
-    values of the current call), or None: not a traced stage, or it does not raise again."""
+    values of the current call), or None: not a traced stage, or it does not raise again. Tried
+    without grad, then recording from a leaf of ``x`` (an in-place op on a leaf that requires grad
+    fails only there)."""
     body, sides, context = (getattr(stage, name, None) for name in ("body", "sides", "context"))
     if not isinstance(body, fx.GraphModule) or sides is None or context is None:
         return None
     values = getattr(context, "values", {})
-    if any(name not in values for name in sides):
+    if any(name not in values for name in sides) or not isinstance(x, torch.Tensor):
         return None
-    inputs = (*(x if isinstance(x, tuple) else (x,)), *(values[name] for name in sides))
-    locator = _Locator(body)
-    with torch.set_grad_enabled(torch.is_grad_enabled()), torch.no_grad():
-        try:
-            locator.run(*inputs)
-        except Exception:  # noqa: BLE001 - the same error again: the node that raised is what we want
-            return locator.failed
+    leaf = x.detach().requires_grad_(x.is_floating_point() or x.is_complex())
+    for grad, first in ((False, x.detach()), (True, leaf)):
+        locator = _Locator(body)
+        with torch.set_grad_enabled(grad):
+            try:
+                locator.run(first, *(values[name] for name in sides))
+            except Exception:  # noqa: BLE001 - the same error again: the node that raised is what we want
+                return locator.failed
     return None
 
 
@@ -128,7 +131,7 @@ def stage_error(name: str, stage: nn.Module, x: Any, error: BaseException, kind:
     (as ``kind``, a forward kind of the replay, when given)."""
     node = raising_node(error) or failing_node(stage, x)
     where = node_location(node) if node is not None else where_in_model(error)
-    where = re.sub(r"^stage '[^']*', ", "", where or "")
+    where = re.sub(r"^stage '[^']*', |, at <[^>]*>\S*", "", where or "")  # generated code is no place to name
     how = f" in {kind}" if kind else ""
     where = f" ({where})" if where else ""
     return RematError(f"model: stage '{name}' fails to run{how}{where}: {first_line(error)}; refused")

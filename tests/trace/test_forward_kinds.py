@@ -242,3 +242,16 @@ def test_an_inference_mode_region_stays_inside_one_stage_and_the_cut_is_proven()
     chain = cut_model(model, (x,), {})  # before: the region opened in the prelude; other gradients, refused
     bodies = [[n.name for n in s.body.graph.nodes if "inference_mode" in n.name] for s in chain.stages]
     assert all(len(names) in (0, 2) for names in bodies) and any(bodies)
+
+
+def test_an_error_that_torch_fx_strips_of_its_frames_is_still_located_at_its_node():
+    from remat.trace.stages import CutStage, _Context
+
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    graph.output(graph.call_method("add_", (x, 1.0)))  # in place on the leaf a recording starts from
+    stage = CutStage(fx.GraphModule(nn.Module(), graph), [], _Context())
+    leaf = torch.zeros(3, requires_grad=True)
+    with pytest.raises(RematError, match=r"stage 'toy' fails to run in F_all \(node add_\): RuntimeError: a leaf"):
+        with running_stage("toy", stage, leaf, "F_all"):
+            stage(leaf)
