@@ -57,14 +57,16 @@ def where_in_model(error: BaseException) -> str | None:
     return ", ".join(parts)
 
 
+def first_line(error: BaseException) -> str:
+    """``IndexError: index out of range in self``: the exception's type and its first non-empty line."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[0] if lines else '(no message)'}"
+
+
 def model_error(error: Exception, model: str, shape: str) -> RematError | None:
     """The one-line error for ``error`` raised while running ``model`` on an input of ``shape``,
     or None if it did not come from running a module."""
     where = where_in_model(error)
     if where is None:
         return None
-    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
-    message = lines[0] if lines else "(no message)"
-    return RematError(
-        f"--model {model}: running it on an input of shape {shape} failed ({where}): {type(error).__name__}: {message}"
-    )
+    return RematError(f"--model {model}: running it on an input of shape {shape} failed ({where}): {first_line(error)}")

@@ -20,7 +20,8 @@ Nodes of the graph are split in two kinds:
 * **stage nodes**: the rest, in graph order. The chain is cut after stage node ``v`` when ``v`` is
   the only stage value still needed later (an articulation point of the forward), ``v`` is a
   floating-point tensor that is not a view, no later node modifies ``v`` in place (a cut there
-  would hand an in-place op a leaf that requires grad), and no grad-mode/autocast region is open.
+  would hand an in-place op a leaf that requires grad), and no grad-mode/inference-mode/autocast
+  region is open.
 
 Consecutive pieces whose nodes share a module path are merged into one stage named by that path
 (``transformer.h.3``, ``layer2.1``, ``features.denseblock2``). Every cut is then proven equal to
@@ -29,8 +30,10 @@ the model by :func:`remat.trace.proof.prove_cut` before it is returned.
 The parts, one module each: :mod:`remat.trace.capture` (the training step and its trace),
 :mod:`remat.trace.nodes` (what a node does: in place, random, a view, its module path),
 :mod:`remat.trace.positions` (side values, cut positions, the :class:`Plan`),
-:mod:`remat.trace.naming` (stage names, merging) and :mod:`remat.trace.stages` (:class:`CutStage`,
-:class:`CutChain`). This module puts them together (:func:`cut_step`) and re-exports their names.
+:mod:`remat.trace.naming` (stage names, merging), :mod:`remat.trace.stages` (:class:`CutStage`,
+:class:`CutChain`), :mod:`remat.trace.grad_mode` and :mod:`remat.trace.repeatable` (the rewrites
+that let a stage run in any grad mode and any number of times) and :mod:`remat.trace.stage_errors`
+(a failing stage as one line). This module puts them together (:func:`cut_step`) and re-exports their names.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from remat.measure.memory import storage_key
 from remat.trace.capture import TrainingStep, first_tensor_index, reduce_output, trace
 from remat.trace.nodes import module_path, mutates
 from remat.trace.positions import Plan, Source, plan
+from remat.trace.stage_errors import running_stage
 from remat.trace.stages import CutChain, CutStage, LeafCheck, leaf_check
 
 
@@ -53,7 +57,8 @@ def _aliasing_stage(chain: CutChain, x: torch.Tensor) -> int | None:
     with torch.no_grad():
         for k, stage in enumerate(chain.stages):
             held = {storage_key(t) for t in (*stage.parameters(), *stage.buffers(), x)}
-            out = stage(x)
+            with running_stage(chain.names[k], stage, x):  # a model error: one line naming where
+                out = stage(x)
             if storage_key(out) in held:
                 return k
             x = out

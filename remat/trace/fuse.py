@@ -23,9 +23,11 @@ import dataclasses
 from typing import Any
 
 import torch
+from torch.autograd.graph import saved_tensors_hooks
 
 from remat.measure.memory import storage_key
 from remat.trace.chain import Chain
+from remat.trace.stage_errors import running_stage
 from remat.trace.stages import CutChain
 
 
@@ -38,7 +40,7 @@ def unsaved_handoffs(chain: Chain, x: torch.Tensor) -> list[int]:
     saved_by: list[set] = []
     held: list[tuple[torch.Tensor, torch.Tensor]] = []
     a = x.detach()
-    for stage in chain.stages:
+    for name, stage in zip(chain.names, chain.stages, strict=True):
         seen: set = set()
 
         def pack(t: torch.Tensor, seen: set = seen) -> torch.Tensor:
@@ -46,7 +48,7 @@ def unsaved_handoffs(chain: Chain, x: torch.Tensor) -> list[int]:
             return t
 
         leaf = a.detach().requires_grad_(a.is_floating_point() or a.is_complex())
-        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with running_stage(name, stage, leaf), torch.enable_grad(), saved_tensors_hooks(pack, lambda t: t):
             out = stage(leaf)
         saved_by.append(seen)
         held.append((leaf, out))

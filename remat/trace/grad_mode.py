@@ -15,7 +15,23 @@ raise it above the mode it was entered in, and it leaves the mode as it found it
 this is the model's own sequence of calls, so the stage computes what the model computes; under
 ``no_grad`` every region stays off. Since a cut never falls inside an open region
 (:mod:`remat.trace.positions`), each region closes inside its stage, and its closing call now
-restores ``entry``. ``torch.enable_grad()`` regions are the same calls with ``True`` first.
+restores ``entry``. ``torch.enable_grad()`` regions are the same calls with ``True`` first, and the
+``torch.set_grad_enabled(m)`` spelling (a call or a ``with``) traces to the same setter; both
+are bounded alike.
+
+Why this is exact. Write ``e`` for the entry mode and ``m_1 .. m_k`` for the model's setters in
+order. Under ``e = True`` the rewritten setters set ``m_i and True = m_i``: the model's own
+sequence, so every op runs in the mode it ran in while traced, and the recording forward
+(``F_all``, each option) records what the model records. Under ``e = False`` every setter sets
+``False``: nothing records, which is what ``F_ck``/``F_n`` promise (docs/model.md: their output
+has no graph and holds nothing but itself); an op's value does not depend on the grad mode, so
+the stage still computes what the model computes. Nothing else changes.
+
+"Leaves it as it found it": the stage's last node before its output sets ``entry`` again. A region
+closes inside its stage, so that restore is a no-op for a well-formed stage; it makes the stage's
+exit mode ``entry`` whatever the traced sequence was. (An exception raised between two setters
+leaves the mode where the body stopped, as the model's own ``no_grad`` would not; the proof runs
+every stage under :func:`remat.trace.stage_errors.running_stage`, which puts the mode back.)
 """
 
 from __future__ import annotations
@@ -56,6 +72,9 @@ def within_entry_grad_mode(gm: fx.GraphModule) -> fx.GraphModule:
             bounded = gm.graph.call_function(set_grad_enabled_within, (node.args[0], entry))
         node.replace_all_uses_with(bounded)
         gm.graph.erase_node(node)
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    with gm.graph.inserting_before(output):  # leave the mode as it was found (see the NOTE)
+        gm.graph.call_function(set_grad_enabled_within, (True, entry))
     gm.graph.lint()
     gm.recompile()
     return gm

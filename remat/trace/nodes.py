@@ -25,8 +25,13 @@ INPLACE_OPERATORS = {
 }  # fmt: skip
 """``operator`` functions that change their first argument in place (``x += y``, ``x[i] = v``)."""
 
-CONTEXT_FUNCTIONS = {"_set_grad_enabled", "_enter_autocast", "_exit_autocast", "set_grad_enabled"}
-"""Functions that open or close a grad-mode or autocast region in a dynamo graph."""
+CONTEXT_FUNCTIONS = {
+    "_set_grad_enabled", "_enter_autocast", "_exit_autocast", "set_grad_enabled", "_enter_inference_mode",
+    "_exit_inference_mode",
+}  # fmt: skip
+"""Functions that open or close a grad-mode, inference-mode or autocast region in a dynamo graph (a
+region stays inside one stage: an inference-mode region entered in the side-value prelude and left
+in a stage made the cut compute other gradients)."""
 
 RANDOM_WORDS = ("dropout", "rand", "bernoulli", "normal", "multinomial", "poisson", "exponential", "cauchy",
                 "geometric", "uniform", "rrelu")  # fmt: skip
@@ -37,6 +42,11 @@ VIEW_NAMES = {
     "view", "reshape", "transpose", "permute", "expand", "expand_as", "squeeze", "unsqueeze", "flatten",
     "unflatten", "getitem", "t", "narrow", "select", "as_strided", "view_as", "split", "chunk", "contiguous",
     "detach", "to", "type", "float", "type_as", "movedim", "swapaxes", "unbind", "identity", "clone_",
+    # views the list above missed: an in-place op on one of them changes the tensor it views
+    # (docs/models.md, "How a model is cut": a cut is never made before such an op)
+    "diagonal", "unfold", "tensor_split", "split_with_sizes", "hsplit", "vsplit", "dsplit", "moveaxis",
+    "swapdims", "ravel", "view_as_real", "view_as_complex", "real", "imag", "mT", "mH", "adjoint", "alias",
+    "half", "double", "bfloat16", "cpu", "cuda",
 }  # fmt: skip
 """Names of functions and methods whose output may share its input's storage."""
 

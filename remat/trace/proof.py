@@ -8,22 +8,24 @@ differs. The models are left as they were (buffers, gradients and RNG restored).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx as fx
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 from torch.utils.hooks import RemovableHandle
 
-from remat.model_errors import where_in_model
+from remat.model_errors import first_line, where_in_model
 from remat.schedules import RematError
 from remat.trace.capture import TrainingStep
 from remat.trace.chain import Chain
 from remat.trace.cut import cut_step
 from remat.trace.fuse import fuse_unsaved_handoffs
-from remat.trace.nodes import mutates, node_name
+from remat.trace.repeatable import changes, describe_op, shared_change
+from remat.trace.stage_errors import running_stage
 from remat.trace.stages import CutChain
 
 
@@ -250,10 +252,30 @@ def _locate_backward(
     return chain.names[max((k for k in differing if k >= 0), default=len(chain.names) - 1)]
 
 
-def prove_cut(step: TrainingStep, chain: CutChain, args: tuple, kwargs: dict, target: Any = None) -> None:
-    """Refuse (one-line :class:`RematError`) unless ``chain`` trains exactly like ``step``."""
+StageOptions = Callable[[nn.Module, torch.Tensor], Mapping[str, Callable[[torch.Tensor], torch.Tensor]]]
+"""For a stage and its input: option name -> the stage's recording forward under that option, a
+function of the leaf it records from (``remat.runtime.policies.selective_forward``; the trace
+room cannot import the runtime's policies, so the caller that offers options hands them in)."""
+
+
+def prove_cut(
+    step: TrainingStep, chain: CutChain, args: tuple, kwargs: dict, target: Any = None,
+    options: StageOptions | None = None,
+) -> None:  # fmt: skip
+    """Refuse (one-line :class:`RematError`) unless ``chain`` trains exactly like ``step`` and every
+    stage runs as the replay runs it, any number of times (:func:`check_forward_kinds`, with the
+    recording ``options`` the chain will offer)."""
+    shared = shared_change(chain.plan)
+    if shared is not None:
+        k, side, op, j = shared
+        raise RematError(
+            f"model: stage '{k}' changes side value '{side}' in place ({op}) and stage '{j}' reads the changed"
+            " value, so no copy makes it repeatable (a recompute would change it again); refused"
+        )
     saved = _Saved(step)
     try:
+        saved.reset()
+        check_forward_kinds(chain, args, kwargs, target, options)
         saved.reset()
         ref = one_step(step, lambda: step(args, kwargs, target))
         saved.reset()
@@ -264,14 +286,6 @@ def prove_cut(step: TrainingStep, chain: CutChain, args: tuple, kwargs: dict, ta
         except Exception as error:  # noqa: BLE001 - the user's model failed inside a stage: one line
             raise _stage_failure(step, error) from None
         what = _first_difference(step, ref, got)
-        if what is None:
-            saved.reset()
-            try:
-                _check_stage_reruns(chain, args, kwargs, target)
-            except RematError:
-                raise
-            except Exception as error:  # noqa: BLE001 - the user's model failed inside a stage: one line
-                raise _stage_failure(step, error) from None
         if what is not None:
             where = _locate_cut(step, chain, saved, args, kwargs, target)
             raise RematError(
@@ -283,77 +297,184 @@ def prove_cut(step: TrainingStep, chain: CutChain, args: tuple, kwargs: dict, ta
 
 
 def _stage_failure(step: TrainingStep, error: BaseException) -> RematError:
-    """One line for ``error``, raised while a stage of the cut ran: where in the model, and why."""
-    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    """One line for ``error``, raised while the cut ran as one step: where in the model, and why."""
     where = where_in_model(error)
     return RematError(
         f"model: the cut {type(step.model).__name__} fails to run" + (f" ({where})" if where else "")
-        + f": {type(error).__name__}: {lines[0] if lines else '(no message)'}; refused"
+        + f": {first_line(error)}; refused"
     )  # fmt: skip
 
 
 def _mutation_of(stage: nn.Module, placeholder: str) -> str:
-    """The in-place op of ``stage``'s body that changes its placeholder ``placeholder``, or '?'."""
+    """The in-place op of ``stage``'s body that changes its placeholder ``placeholder`` (or a view
+    of it), or a phrase saying the graph shows none."""
     body = getattr(stage, "body", None)
     nodes = list(body.graph.nodes) if isinstance(body, fx.GraphModule) else []
     target = next((n for n in nodes if n.op == "placeholder" and n.name == placeholder), None)
-    found = [n for n in nodes if mutates(n) and n.args and n.args[0] is target]
-    return f"{node_name(found[0])} ({found[0].name})" if found else "an in-place op"
+    found = changes(target) if target is not None else []
+    return describe_op(found[0]) if found else "an op the traced graph does not show as in place"
 
 
-def _check_stage_reruns(chain: CutChain, args: tuple, kwargs: dict, target: Any) -> None:
-    """Every stage, run twice under ``no_grad`` (a checkpoint or non-recording forward, docs/model.md)
-    from the same input, side values and RNG state: its output has no ``grad_fn`` (NOTE [Grad mode
-    inside a stage]), both runs give equal outputs (its buffers restored in between, as the replay
-    restores them, remat.runtime.core), and neither its input nor a side value changed.
-    A stage that fails one of these cannot be recomputed; it is refused in one line naming it."""
+def _unchanged(now: torch.Tensor, before: torch.Tensor) -> bool:
+    """``torch.equal``, with NaN equal to NaN: a side value made by ``torch.empty`` (StochasticDepth's
+    noise before its ``bernoulli_``) holds whatever the memory held, NaN bit patterns included."""
+    if torch.equal(now, before):
+        return True
+    if not (now.is_floating_point() or now.is_complex()) or now.shape != before.shape:
+        return False
+    return bool(((now == before) | (now.isnan() & before.isnan())).all())
+
+
+class _Inputs:
+    """A stage's input and the call's side values, copied, to tell whether a run changed them."""
+
+    def __init__(self, x: torch.Tensor, sides: dict[str, Any]) -> None:
+        self.x, self.sides = x, {k: v for k, v in sides.items() if isinstance(v, torch.Tensor) and v is not x}
+        self.copies = {k: v.detach().clone() for k, v in self.sides.items()}
+        self.x_copy = x.detach().clone()
+        self.versions = {k: v._version for k, v in self.sides.items()}
+
+    def check(self, name: str, stage: nn.Module, kind: str) -> None:
+        """Refuse if the last run of stage ``name`` (as ``kind``) changed its input or a side value."""
+        # the version counter is the cheap first signal; torch.equal decides (a write through
+        # ``.data`` does not move the counter, an in-place op that rewrites equal values does)
+        moved = sorted(self.sides, key=lambda k: self.sides[k]._version == self.versions[k])
+        changed = [k for k in moved if not _unchanged(self.sides[k], self.copies[k])]
+        if changed or not _unchanged(self.x, self.x_copy):
+            what = f"side value '{changed[0]}'" if changed else "its input"
+            op = _mutation_of(stage, f"side_{changed[0]}" if changed else "x")
+            raise RematError(f"model: stage '{name}' changes {what} in place ({op}) in {kind}, so it cannot "
+                             "run twice (a recompute would see other values); refused")  # fmt: skip
+
+
+class _Rerun:
+    """Puts back what a stage's run changes legitimately (its buffers, as the replay restores them
+    for a recompute, remat.runtime.core; the RNG, which a recompute replays) before the next run."""
+
+    def __init__(self, stage: nn.Module) -> None:
+        with torch.no_grad():
+            self.buffers = [(b, b.detach().clone()) for b in stage.buffers()]
+        self.rng = torch.get_rng_state()
+        self.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+
+    def __call__(self) -> None:
+        with torch.no_grad():
+            for buffer, value in self.buffers:
+                buffer.copy_(value)
+        torch.set_rng_state(self.rng)
+        if self.cuda_rng is not None:
+            torch.cuda.set_rng_state_all(self.cuda_rng)
+
+
+def _recorded(forward: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, params: list) -> tuple:
+    """``forward`` recording from a leaf of ``x``, then its backward for a fixed weighting of the
+    output: (output, gradients of the leaf and of ``params``), all detached."""
+    leaf = x.detach()
+    if leaf.is_floating_point() or leaf.is_complex():
+        leaf.requires_grad_(True)
+    with torch.enable_grad():
+        out = forward(leaf)
+        targets = ([leaf] if leaf.requires_grad else []) + params
+        grads: tuple = ()
+        if isinstance(out, torch.Tensor) and out.requires_grad and targets:
+            weighted = out if out.dim() == 0 else (out * _weight(out)).sum()
+            grads = torch.autograd.grad(weighted, targets, allow_unused=True)
+    return out.detach(), tuple(None if g is None else g.detach() for g in grads)
+
+
+def _refuse(name: str, why: str) -> RematError:
+    return RematError(f"model: stage '{name}' {why}; it cannot be recomputed as the replay runs it; refused")
+
+
+def _no_grad_twice(name: str, stage: nn.Module, x: torch.Tensor, inputs: _Inputs, rerun: _Rerun) -> torch.Tensor:
+    """The stage as ``F_ck``/``F_n`` run it (under ``no_grad``), twice: no graph, equal outputs."""
+    kind = "a no-grad forward (F_ck, F_n)"
+    outputs = []
+    for _ in range(2):
+        rerun()
+        with torch.no_grad():
+            out = stage(x)
+            if isinstance(out, torch.Tensor) and out.grad_fn is not None:
+                raise _refuse(name, f"records a graph under no_grad ({out.grad_fn.name()}) in {kind}")
+            if torch.is_grad_enabled():
+                raise _refuse(name, f"turns grad back on in {kind}")
+        inputs.check(name, stage, kind)
+        outputs.append(out)
+    if not _same(outputs[0], outputs[1]):
+        raise _refuse(name, f"gives another output when {kind} runs it again from the same input, side values and RNG")
+    return outputs[0]
+
+
+def _recording_kinds(stage: nn.Module, x: torch.Tensor, options: StageOptions | None) -> dict[str, Callable]:
+    """The recording forwards of a stage: ``F_all`` (twice), one whose backward recomputes the
+    whole forward (what every option's backward does for the ops it does not keep), each option."""
+    kinds: dict[str, Callable] = {"its recording forward (F_all)": stage, "F_all run again": stage}
+    kinds["a recording forward recomputed in its backward (torch.utils.checkpoint)"] = lambda leaf: checkpoint(
+        stage, leaf, use_reentrant=False
+    )
+    for option, forward in (options(stage, x) if options is not None else {}).items():
+        kinds[f"option '{option}'"] = forward
+    return kinds
+
+
+def _check_stage(name: str, stage: nn.Module, x: torch.Tensor, sides: dict, options: StageOptions | None):
+    """Run stage ``name`` on ``x`` as every forward kind of the replay runs it; return its output."""
+    inputs, rerun = _Inputs(x, sides), _Rerun(stage)
+    params = list({id(p): p for p in stage.parameters() if p.requires_grad}.values())
+    with running_stage(name, stage, x, "a no-grad forward (F_ck, F_n)"):
+        first = _no_grad_twice(name, stage, x, inputs, rerun)
+        kinds = _recording_kinds(stage, x, options)
+    reference = None
+    for kind, forward in kinds.items():
+        rerun()
+        with running_stage(name, stage, x, kind):
+            out, grads = _recorded(forward, x, params)
+        inputs.check(name, stage, kind)
+        if not _same(out, first):
+            raise _refuse(name, f"gives another output in {kind} than in a no-grad forward from the same input")
+        if reference is not None and not all(_same(a, b) for a, b in zip(reference, grads, strict=True)):
+            raise _refuse(name, f"gives other gradients in {kind} than in its recording forward (F_all)")
+        reference = grads if reference is None else reference
+    rerun()
+    return first
+
+
+def check_forward_kinds(
+    chain: CutChain, args: tuple, kwargs: dict, target: Any = None, options: StageOptions | None = None
+) -> None:
+    """Every stage of ``chain``, on the example call, run as every forward kind the replay runs
+    (docs/model.md): under ``no_grad`` twice (``F_ck``, ``F_n``: its output has no ``grad_fn``,
+    NOTE [Grad mode inside a stage]), recording twice (``F_all``), recording with the backward
+    recomputing the forward, and each recording option of ``options``; each run from the same
+    input, side values, buffers and RNG state. Every run must give the same output (and every
+    recording the same gradients), and none may change the stage's input or a side value. A stage
+    that fails is refused in one line naming it (and the op, for an in-place change); a model
+    error raised meanwhile is one line naming the stage, the module and the source line. The
+    caller restores the model's buffers and RNG afterwards."""
     with torch.no_grad():
         a = chain.bind(*args, target=target, **kwargs)
-        values = chain.context.values
-        sides = {k: v.clone() for k, v in values.items() if isinstance(v, torch.Tensor) and v is not a}
-        for name, stage in zip(chain.names, chain.stages, strict=True):
-            x, before, rng = a.detach(), a.detach().clone(), torch.get_rng_state()
-            buffers = [(b, b.clone()) for b in stage.buffers()]  # the replay restores them for a recompute
-            first = stage(x)
-            if isinstance(first, torch.Tensor) and first.grad_fn is not None:
-                raise RematError(f"model: stage '{name}' records a graph under no_grad ({first.grad_fn.name()}); "
-                                 "it cannot be recomputed; refused")  # fmt: skip
-            changed = [k for k, v in sides.items() if not torch.equal(values[k], v)]
-            if changed or not torch.equal(x, before):
-                what = f"side value '{changed[0]}'" if changed else "its input"
-                op = _mutation_of(stage, f"side_{changed[0]}" if changed else "x")
-                raise RematError(f"model: stage '{name}' changes {what} in place ({op}), so it cannot run "
-                                 "twice (a recompute would see other values); refused")  # fmt: skip
-            torch.set_rng_state(rng)
-            for buffer, value in buffers:
-                buffer.copy_(value)
-            again = stage(x)
-            if not torch.equal(first, again):
-                raise RematError(f"model: stage '{name}' gives another output when run again from the same "
-                                 "input, side values and RNG state; it cannot be recomputed; refused")  # fmt: skip
-            a = first
+    sides = dict(chain.context.values)
+    for name, stage in zip(chain.names, chain.stages, strict=True):
+        a = _check_stage(name, stage, a.detach(), sides, options)
 
 
 def cut_model(
-    model: nn.Module, args: tuple, kwargs: dict, loss: Callable[..., torch.Tensor] | None = None, target: Any = None
-) -> CutChain:
-    """Trace, cut and prove ``model``'s training step on the example ``(args, kwargs)``."""
+    model: nn.Module, args: tuple, kwargs: dict, loss: Callable[..., torch.Tensor] | None = None, target: Any = None,
+    options: StageOptions | None = None,
+) -> CutChain:  # fmt: skip
+    """Trace, cut and prove ``model``'s training step on the example ``(args, kwargs)``; ``options``:
+    the recording options the chain will offer, proven too (:func:`check_forward_kinds`)."""
     step = TrainingStep(model, loss)
     saved = _Saved(step)
     try:
         with torch.no_grad():
             step(args, kwargs, target)  # eager first: bad inputs and outputs fail here, in plain terms
         saved.reset()
-        chain = cut_step(step, args, kwargs, target)
-        try:
-            chain = fuse_unsaved_handoffs(chain, args, kwargs, target)
-        except RematError:
-            raise
-        except Exception as error:  # noqa: BLE001 - the user's model failed inside a stage: one line
-            raise _stage_failure(step, error) from None
+        chain = cut_step(step, args, kwargs, target)  # a stage that fails while it is cut: one line
+        chain = fuse_unsaved_handoffs(chain, args, kwargs, target)
     finally:
         saved.restore()
-    prove_cut(step, chain, args, kwargs, target)
+    prove_cut(step, chain, args, kwargs, target, options)
     return chain
 
 
@@ -427,9 +548,14 @@ def prove_chain(model: nn.Module, chain: Chain, x: torch.Tensor) -> None:
         saved.reset()
         try:
             got = one_step(holder, lambda: chain(x))
-        except RuntimeError as error:
-            first = (str(error).strip().splitlines() or ["?"])[0]
-            raise RematError(f"model: the chain cut from {type(model).__name__} fails to run ({first})") from None
+        except RematError:
+            raise
+        except Exception as error:  # noqa: BLE001 - the user's model failed inside a stage: one line
+            where = where_in_model(error)
+            raise RematError(
+                f"model: the chain cut from {type(model).__name__} fails to run" + (f" ({where})" if where else "")
+                + f": {first_line(error)}; refused"
+            ) from None  # fmt: skip
         what = _first_difference(holder, ref, got)
         if what is not None:
             where = _locate_chain(holder, model, chain, x, saved)
@@ -441,4 +567,4 @@ def prove_chain(model: nn.Module, chain: Chain, x: torch.Tensor) -> None:
         saved.restore()
 
 
-__all__ = ["StepResult", "cut_model", "one_step", "prove_chain", "prove_cut"]
+__all__ = ["StageOptions", "StepResult", "check_forward_kinds", "cut_model", "one_step", "prove_chain", "prove_cut"]

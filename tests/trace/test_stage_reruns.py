@@ -13,7 +13,7 @@ from torch import nn
 import remat
 from remat.schedules import RematError
 from remat.solver.chain.optimal import minimum_budget
-from remat.trace.proof import _check_stage_reruns
+from remat.trace.proof import check_forward_kinds
 
 
 class NoGradScale(nn.Module):
@@ -88,8 +88,14 @@ def test_llama_rotary_at_the_least_budget_within_the_prediction():
     wrapped = remat.checkpoint(model, {"input_ids": ids, "labels": ids}, budget=1.0)
     least = wrapped.with_budget(minimum_budget(wrapped.profile))
     assert any(op in ("F_ck", "F_n") for op, _ in least.schedule.ops)
+    a = wrapped.chain.bind(input_ids=ids, labels=ids)
+    with torch.no_grad():  # as F_ck / F_n run the stages: no graph, grad still off after each
+        for stage in wrapped.chain.stages:
+            a = stage(a)
+            assert a.grad_fn is None and not torch.is_grad_enabled()
     report = least.report(steps=2, warmup=1)
-    # before NOTE [Grad mode inside a stage]: +70% over the prediction on this model
+    # before NOTE [Grad mode inside a stage]: +68% over the prediction on this model
+    assert report.measured_peak <= report.predicted_peak, (report.measured_peak, report.predicted_peak)
     assert abs(report.peak_error) <= 0.02, report.peak_error
 
 
@@ -155,9 +161,9 @@ class _RecordsAnyway(nn.Module):
 def test_the_proof_refuses_a_stage_that_changes_a_side_value_in_one_line():
     side = torch.zeros(3)
     with pytest.raises(RematError, match=r"stage 'block' changes side value 'mask' in place .*cannot run twice"):
-        _check_stage_reruns(_fake_chain(_ChangesSide(side), side), (), {}, None)
+        check_forward_kinds(_fake_chain(_ChangesSide(side), side), (), {}, None)
 
 
 def test_the_proof_refuses_a_stage_that_records_under_no_grad_in_one_line():
     with pytest.raises(RematError, match=r"stage 'block' records a graph under no_grad \(MulBackward0\)"):
-        _check_stage_reruns(_fake_chain(_RecordsAnyway()), (), {}, None)
+        check_forward_kinds(_fake_chain(_RecordsAnyway()), (), {}, None)
