@@ -206,6 +206,17 @@ def is_view(node: fx.Node) -> bool:
     return node_name(node) in VIEW_NAMES
 
 
+def aliases(node: fx.Node) -> list[fx.Node]:
+    """``node`` and every view of it, views of views included (they share its storage)."""
+    found, todo = [node], [node]
+    while todo:
+        for user in todo.pop().users:
+            if is_view(user) and user not in found:
+                found.append(user)
+                todo.append(user)
+    return found
+
+
 def example_value(node: fx.Node) -> Any:
     """The value dynamo saw for ``node`` while tracing (a fake tensor), or None."""
     return node.meta.get("example_value")
@@ -229,6 +240,7 @@ def module_path(node: fx.Node) -> str:
 
 
 __all__ = [
+    "aliases",
     "CONTEXT_FUNCTIONS",
     "INPLACE_OPERATORS",
     "RANDOM_WORDS",

@@ -16,7 +16,7 @@ from torch.utils import _pytree as pytree
 from remat.schedules import RematError
 from remat.trace.capture import TrainingStep
 from remat.trace.naming import merge_by_name
-from remat.trace.nodes import example_value, is_context, is_random, is_view, mutates, node_name
+from remat.trace.nodes import aliases, example_value, is_context, is_random, is_view, mutates, node_name
 
 
 @dataclass(frozen=True)
@@ -107,17 +107,6 @@ def _classify(gm: fx.GraphModule, sources: dict[fx.Node, Source], chain_input: f
     return stage
 
 
-def _aliases(node: fx.Node) -> list[fx.Node]:
-    """``node`` and every view of it, views of views included (they share its storage)."""
-    found, todo = [node], [node]
-    while todo:
-        for user in todo.pop().users:
-            if is_view(user) and user not in found:
-                found.append(user)
-                todo.append(user)
-    return found
-
-
 def _cuttable(node: fx.Node, k: int, position: dict[fx.Node, int]) -> bool:
     """A stage may end on ``node`` after position ``k``: a float tensor, not a view, and neither it
     nor a view of it changed in place later (the next stage would change its own input, a leaf that
@@ -127,7 +116,7 @@ def _cuttable(node: fx.Node, k: int, position: dict[fx.Node, int]) -> bool:
         return False
     return not any(
         mutates(user) and user.args and user.args[0] is alias and position.get(user, -1) > k
-        for alias in _aliases(node)
+        for alias in aliases(node)
         for user in alias.users
     )
 

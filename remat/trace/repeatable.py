@@ -28,20 +28,9 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from remat.trace.nodes import is_view, mutates, node_name
+from remat.trace.nodes import aliases, mutates, node_name
 from remat.trace.positions import Plan
 from remat.trace.stage_errors import source_line
-
-
-def aliases(node: fx.Node) -> list[fx.Node]:
-    """``node`` and every view of it, views of views included (they share its storage)."""
-    found, todo = [node], [node]
-    while todo:
-        for user in todo.pop().users:
-            if is_view(user) and user not in found:
-                found.append(user)
-                todo.append(user)
-    return found
 
 
 def changes(node: fx.Node) -> list[fx.Node]:
