@@ -25,6 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     moment, start-up imports included, and SIGTERM end in one line (exit 130, 143)."""
     console = argv is None
     if console:
+        _interrupt_as_exception()  # from here Ctrl-C unwinds (NOTE [Ctrl-C from remat's first line])
         _terminate_as_exception()
     try:
         from remat.cli.main import main as run
@@ -41,6 +42,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 class _Terminated(BaseException):
     """SIGTERM in the remat process: unwinds like Ctrl-C, so that temporary files are removed."""
+
+
+def _interrupt_as_exception() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _terminate_as_exception() -> None:

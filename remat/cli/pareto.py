@@ -44,6 +44,7 @@ class _Front:
     store_all_ms: float
     failed: tuple = ()
     notes: tuple = ()
+    left_out: tuple = ()  # (strategy, one-line reason) for each strategy that refused this profile
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     _print_summary(front)
     _print_failed(front.failed)
     _print_notes(front.notes)
+    _print_left_out(front.left_out)
     if args.csv:
         write_front_csv(front.points, args.csv)
         print(f"wrote {args.csv}")
@@ -125,7 +127,7 @@ def _chain_front(profile, strategies: list[str], args: argparse.Namespace) -> _F
         progress=True,
         while_waiting=waiting,
     )
-    return _Front(list(front.points), front.by_strategy(), front.marks(), front.store_all_ms)
+    return _Front(list(front.points), front.by_strategy(), front.marks(), front.store_all_ms, left_out=front.left_out)
 
 
 def _graph_front(profile, strategies: list[str], args: argparse.Namespace) -> _Front:
@@ -187,6 +189,13 @@ def _print_notes(notes) -> None:
     for name, group in by_strategy.items():
         budget, note = max(group)
         print(f"{name}: note at {len(group)} budget(s); at {format_size(budget)}: {note}")
+
+
+def _print_left_out(left_out) -> None:
+    """One line per asked-for strategy that refused this chain (too long for it), with its reason:
+    the front is drawn without it, and the user is told so rather than finding it missing."""
+    for name, reason in left_out:
+        print(f"{name}: left out: {reason}")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

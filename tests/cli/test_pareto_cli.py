@@ -151,3 +151,19 @@ def test_solve_optimal_with_slots(tmp_path, capsys):
     assert main(["solve", str(path), "--budget", "60%", "--strategy", "optimal", "--slots", "0"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("remat: error:") and "slots" in err and "\n" not in err
+
+
+def test_pareto_says_which_strategies_it_left_out(tmp_path, monkeypatch, capsys):
+    """A strategy that refuses a chain this long is named with its reason, not silently missing."""
+    from remat.solver.chain import chen_greedy
+
+    monkeypatch.setattr(chen_greedy, "MAX_STAGES", 10)
+    path = tmp_path / "chain.json"
+    save_profile(chain(14), path)
+    out = tmp_path / "front.json"
+    assert main(["pareto", str(path), "--strategies", "chen-greedy,sequential", "--json", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    left = [line for line in lines if "left out" in line]
+    assert left == [next(line for line in lines if line.startswith("chen-greedy: left out:"))]
+    assert "14 stages exceed its limit of 10" in left[0]
+    assert {p["strategy"] for p in json.loads(out.read_text())["points"]} == {"sequential"}
