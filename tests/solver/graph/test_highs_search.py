@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from ortools.sat.python import cp_model
 
@@ -76,6 +76,9 @@ def test_a_model_that_is_not_plain_linear_is_refused(tmp_path):
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 10_000), st.floats(0.0, 1.0))
+# HiGHS reported these optima with its start as the solution (NOTE [HiGHS's stale start])
+@example(seed=574, where=0.75)
+@example(seed=81, where=0.0)
 def test_highs_optimum_is_the_brute_force_optimum(seed, where):
     """On random 6-node graphs at a budget between the floor and store-all: HiGHS proves the
     optimum, which is the brute-force optimum over frontier-advancing schedules."""
@@ -98,8 +101,9 @@ def test_highs_optimum_is_the_brute_force_optimum(seed, where):
 def test_the_bound_is_below_every_schedule_and_agrees_with_cp_sat():
     profile, budget = _chain_graph(16, seed=2)
     start = best_baseline_plan(profile, budget)[1]
-    found = branch_and_cut(build_model(profile, budget, Deadline(30)), start, budget, Deadline(10))
-    cp_sat = solve_model(profile, budget, 10, workers=2, hint=start)
+    # any limits: the bounds bracket every schedule however far each search got
+    found = branch_and_cut(build_model(profile, budget, Deadline(30)), start, budget, Deadline(4))
+    cp_sat = solve_model(profile, budget, 3, workers=2, hint=start)
     assert found.lower_bound_ms is not None and profile.store_all_compute_ms <= found.lower_bound_ms
     assert found.lower_bound_ms <= min(cp_sat.objective_ms, start.cost_ms(profile)) + 1e-9
     assert cp_sat.lower_bound_ms <= (found.plan or start).cost_ms(profile) + 1e-9
@@ -123,7 +127,7 @@ def test_a_child_that_fails_is_said_plainly_and_the_ilp_still_answers(tmp_path, 
     found = branch_and_cut(build_model(profile, budget, Deadline(30)), None, budget, Deadline(10))
     assert (found.status, found.detail, found.lower_bound_ms, found.plan) == ("failed", "boom", None, None)
     monkeypatch.setattr(ilp, "QUICK_SHARE", 0.0)  # so that HiGHS runs
-    schedule = ilp.solve(profile, budget, time_limit=10, workers=2)
+    schedule = ilp.solve(profile, budget, time_limit=3, workers=2)
     check_schedule(profile, schedule)
     assert schedule.extra["highs"] == "failed: boom"
     assert schedule.extra["lower_bound_ms"] <= schedule.predicted.compute_ms + 1e-9
@@ -173,7 +177,7 @@ def test_the_ilp_takes_highs_optimum_when_it_proves_one(monkeypatch):
     schedule = ilp.solve(profile, budget, time_limit=30, workers=2)
     check_schedule(profile, schedule)
     assert schedule.extra["status"] == "optimal" and "note" not in schedule.extra
-    cp_sat = solve_model(profile, budget, 20, workers=2)
+    cp_sat = solve_model(profile, budget, 3, workers=2)  # its best and bound bracket the optimum at any limit
     assert cp_sat.lower_bound_ms - 1e-9 <= schedule.predicted.compute_ms <= cp_sat.objective_ms + 1e-9
     if schedule.extra["source"] == "highs":
         assert "cp_sat" not in schedule.extra["phases_seconds"]
