@@ -25,6 +25,14 @@ def test_the_readme_starts_with_the_two_setup_commands():
     assert "python -m pytest -q" in tests
 
 
+def test_ci_runs_exactly_the_readme_test_command():
+    """.ci/run's last line is the README's test command (with the derandomized hypothesis profile)."""
+    _, tests = _setup_lines()
+    command = tests.split("&&")[-1].strip()
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line.strip()]
+    assert ci[-1] == f"REMAT_HYPOTHESIS=ci {command}", (ci[-1], command)
+
+
 def test_the_readme_installs_every_pin_that_ci_installs_the_same_way():
     ci = (ROOT / ".ci" / "run").read_text()
     readme = "\n".join(_setup_lines())

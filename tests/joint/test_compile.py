@@ -22,6 +22,17 @@ from tests.joint.helpers import grads, mlp
 TOL = {"rtol": 1e-4, "atol": 1e-5}
 
 
+@pytest.fixture(autouse=True)
+def coarse_grid(monkeypatch):
+    """The hierarchical solver at 4 budgets instead of 12 (most of a tiny graph's compile time is
+    the front, ~1 s a budget): what these tests check (gradients, RNG, graph breaks, re-solves,
+    the allocator against the prediction) holds for whichever candidates the front has; the
+    front's quality is benchmarks/compile_front.py's to show."""
+    import remat.joint.solve
+
+    monkeypatch.setattr(remat.joint.solve, "GRID", 4)
+
+
 def _bounds(model: nn.Module, x: torch.Tensor) -> tuple[int, int]:
     """(least, store-all peak) in bytes of ``model`` on ``x`` under remat.compile."""
     compiled = remat.compile(copy.deepcopy(model), budget=1.0, times="estimate")
