@@ -52,7 +52,8 @@ def test_ilp_with_overheads_equals_brute_force(seed):
     expanded = tmp_expansion(profile)
     low, high = memory_lower_bound(profile), _store_all_peak(profile)
     checked = 0
-    for fraction in (0.0, 0.35, 0.7, 1.0):
+    # not at store-all (fraction 1.0): trivial for the ILP, and the brute force's slowest budget
+    for fraction in (0.0, 0.35, 0.7):
         budget = int(low + fraction * (high - low))
         expected = frontier_optimum(expanded, budget)
         if expected is None:
