@@ -101,8 +101,9 @@ def test_highs_optimum_is_the_brute_force_optimum(seed, where):
 def test_the_bound_is_below_every_schedule_and_agrees_with_cp_sat():
     profile, budget = _chain_graph(16, seed=2)
     start = best_baseline_plan(profile, budget)[1]
-    # any limits: the bounds bracket every schedule however far each search got
-    found = branch_and_cut(build_model(profile, budget, Deadline(30)), start, budget, Deadline(4))
+    # the bounds bracket every schedule however far each search got; HiGHS gets the time its
+    # child needs to start and write a bound on a loaded machine
+    found = branch_and_cut(build_model(profile, budget, Deadline(30)), start, budget, Deadline(10))
     cp_sat = solve_model(profile, budget, 3, workers=2, hint=start)
     assert found.lower_bound_ms is not None and profile.store_all_compute_ms <= found.lower_bound_ms
     assert found.lower_bound_ms <= min(cp_sat.objective_ms, start.cost_ms(profile)) + 1e-9
@@ -127,7 +128,8 @@ def test_a_child_that_fails_is_said_plainly_and_the_ilp_still_answers(tmp_path, 
     found = branch_and_cut(build_model(profile, budget, Deadline(30)), None, budget, Deadline(10))
     assert (found.status, found.detail, found.lower_bound_ms, found.plan) == ("failed", "boom", None, None)
     monkeypatch.setattr(ilp, "QUICK_SHARE", 0.0)  # so that HiGHS runs
-    schedule = ilp.solve(profile, budget, time_limit=3, workers=2)
+    # (a shorter limit left HiGHS no time at all beside two busy processes: "not run")
+    schedule = ilp.solve(profile, budget, time_limit=10, workers=2)
     check_schedule(profile, schedule)
     assert schedule.extra["highs"] == "failed: boom"
     assert schedule.extra["lower_bound_ms"] <= schedule.predicted.compute_ms + 1e-9
@@ -177,7 +179,8 @@ def test_the_ilp_takes_highs_optimum_when_it_proves_one(monkeypatch):
     schedule = ilp.solve(profile, budget, time_limit=30, workers=2)
     check_schedule(profile, schedule)
     assert schedule.extra["status"] == "optimal" and "note" not in schedule.extra
-    cp_sat = solve_model(profile, budget, 3, workers=2)  # its best and bound bracket the optimum at any limit
+    # from the baseline's plan, CP-SAT has a solution at any limit; its best and bound bracket the optimum
+    cp_sat = solve_model(profile, budget, 3, workers=2, hint=best_baseline_plan(profile, budget)[1])
     assert cp_sat.lower_bound_ms - 1e-9 <= schedule.predicted.compute_ms <= cp_sat.objective_ms + 1e-9
     if schedule.extra["source"] == "highs":
         assert "cp_sat" not in schedule.extra["phases_seconds"]
