@@ -27,7 +27,7 @@ def coarse_grid(monkeypatch):
     """The hierarchical solver at 4 budgets instead of 12 (most of a tiny graph's compile time is
     the front, ~1 s a budget): what these tests check (gradients, RNG, graph breaks, re-solves,
     the allocator against the prediction) holds for whichever candidates the front has; the
-    front's quality is benchmarks/compile_front.py's to show."""
+    front's quality is not what these tests check (benchmarks/compile_front.py, issue 26, is not written yet)."""
     import remat.joint.solve
 
     monkeypatch.setattr(remat.joint.solve, "GRID", 4)
