@@ -27,10 +27,13 @@ def _interrupted_before_main(number, frame) -> None:  # noqa: ANN001 - signal AP
 # remat.cli.main has started (runpy is still importing this package and remat.cli) would end in
 # the interpreter's KeyboardInterrupt traceback. Nothing has been written yet, so until main takes
 # the signal over (remat/cli/__init__.py) it ends the process at once with its one line, exit 130.
+# A SIGINT the process was started ignoring (a shell's background job, nohup) stays ignored, as
+# Python itself leaves it (NOTE [An ignored Ctrl-C stays ignored], remat/cli/__init__.py).
 if _run_as_the_command():
     import signal as _signal
 
-    _signal.signal(_signal.SIGINT, _interrupted_before_main)
+    if _signal.getsignal(_signal.SIGINT) is not _signal.SIG_IGN:
+        _signal.signal(_signal.SIGINT, _interrupted_before_main)
 
 
 def checkpoint(*args, **kwargs):  # noqa: ANN002, ANN003 - forwards to remat.api.checkpoint

@@ -44,10 +44,15 @@ class _Terminated(BaseException):
     """SIGTERM in the remat process: unwinds like Ctrl-C, so that temporary files are removed."""
 
 
+# NOTE [An ignored Ctrl-C stays ignored]: a process started with SIGINT ignored (a shell's
+# background job `remat solve ... &`, nohup, a supervisor) must not be stopped by the terminal's
+# Ctrl-C meant for the foreground job; Python leaves such a SIGINT ignored at start-up, and so does
+# remat: it takes the signal over only when the process was started listening to it.
 def _interrupt_as_exception() -> None:
     import signal
 
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _terminate_as_exception() -> None:

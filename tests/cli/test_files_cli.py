@@ -194,12 +194,23 @@ def test_save_schedule_goes_through_the_atomic_writer(tmp_path, monkeypatch):
     assert target.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["s.json"]
 
 
-def _remat(*argv: str, env: dict | None = None, **kwargs) -> subprocess.Popen:
+def _listening() -> None:
+    """A child's SIGINT as a terminal's foreground job has it, whatever this test process inherited
+    (a test run started in the background ignores SIGINT, and its children would too)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _ignoring() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _remat(*argv: str, env: dict | None = None, preexec_fn=_listening, **kwargs) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "remat", *argv],
         env=ENV if env is None else env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=preexec_fn,
         **kwargs,
     )
 
@@ -281,5 +292,25 @@ def test_only_the_command_takes_ctrl_c_over_at_import(monkeypatch):
         capture_output=True,
         text=True,
         check=True,
+        preexec_fn=_listening,
     )
     assert child.stdout.strip() == "True"
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_the_process_was_started_ignoring_stays_ignored(tmp_path):
+    """``remat ... &`` in a script: the process starts with SIGINT ignored (NOTE [An ignored Ctrl-C
+    stays ignored]); a SIGINT after remat's import neither stops it nor prints anything."""
+    (tmp_path / "sitecustomize.py").write_text(_STARTED)
+    started = tmp_path / "started"
+    env = {**ENV, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "REMAT_TEST_STARTED": str(started)}
+    out = tmp_path / "s.json"
+    child = _remat("solve", str(EXAMPLES / "resnet_like.json"), "-o", str(out), env=env, preexec_fn=_ignoring)
+    deadline = time.monotonic() + 120
+    while not started.exists() and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert started.exists(), "the child never imported remat"
+    child.send_signal(signal.SIGINT)
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 0 and err.decode() == "", (child.returncode, err)
+    assert out.exists()
