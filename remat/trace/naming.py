@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 
 import torch.fx as fx
 
-from remat.trace.nodes import module_path
+from remat.trace.nodes import block_calls, module_path, repeated_blocks
 
 
 def _common_prefix(paths: list[str]) -> str:
@@ -24,11 +24,39 @@ def _common_prefix(paths: list[str]) -> str:
     return ".".join(prefix)
 
 
-def piece_name(nodes: Sequence[fx.Node], last: bool, owned: Callable[[fx.Node], bool]) -> str:
-    """The module path that owns a piece: a block (``layer2.1``, ``transformer.h.3``: the path up to
-    its first index) when the piece lies in one, else the common path of its nodes (a range of
-    children such as ``features.0-1`` when all of them lie below it)."""
-    computed = [n for n in nodes if n.op in ("call_function", "call_method", "call_module")]
+def _computed(nodes: Sequence[fx.Node]) -> list[fx.Node]:
+    return [n for n in nodes if n.op in ("call_function", "call_method", "call_module")]
+
+
+def innermost_block(nodes: Sequence[fx.Node], blocks: frozenset[str]) -> tuple[str, str] | None:
+    """The deepest call of one of ``blocks`` (``(call key, path)``, :func:`remat.trace.nodes.block_calls`)
+    that made every computed node of a piece that lies in a module, or None."""
+    common: tuple[tuple[str, str], ...] | None = None
+    for node in _computed(nodes):
+        if not node.meta.get("nn_module_stack"):
+            continue  # the training step's own code (the loss): in no module
+        calls = block_calls(node, blocks)
+        if common is None:
+            common = calls
+            continue
+        k = 0
+        while k < min(len(common), len(calls)) and common[k] == calls[k]:
+            k += 1
+        common = common[:k]
+    return common[-1] if common else None
+
+
+def piece_name(
+    nodes: Sequence[fx.Node], last: bool, owned: Callable[[fx.Node], bool], blocks: frozenset[str] = frozenset()
+) -> str:
+    """The module path that owns a piece: the innermost of the model's repeated ``blocks`` it lies in
+    (``layer2.1``, ``transformer.h.3``, ``stages.0.blocks.3``: :func:`innermost_block`), else the
+    common path of its nodes (a range of children such as ``features.0-1`` when all of them lie
+    below it)."""
+    block = innermost_block(nodes, blocks)
+    if block is not None:
+        return block[1]
+    computed = _computed(nodes)
     paths = [module_path(n) for n in computed]
     prefix = _common_prefix(paths)
     if not prefix:  # spans top-level modules: name it by those whose weights it uses, if any
@@ -55,14 +83,17 @@ def piece_name(nodes: Sequence[fx.Node], last: bool, owned: Callable[[fx.Node], 
 def merge_by_name(
     pieces: list[list[fx.Node]], owned: Callable[[fx.Node], bool]
 ) -> tuple[list[list[fx.Node]], list[str], list[int]]:
-    """Neighbouring pieces with one name become one stage; also returns each stage's last piece.
-    A name that stands again further on gets ``#2``, ``#3``, ... so that stage names are unique."""
-    names = [piece_name(p, k == len(pieces) - 1, owned) for k, p in enumerate(pieces)]
+    """Neighbouring pieces with one name, in one call of their block, become one stage; also returns
+    each stage's last piece. A name that stands again further on (another call of a shared block:
+    ALBERT's layer group) gets ``#2``, ``#3``, ... so that stage names are unique."""
+    blocks = repeated_blocks(n for p in pieces for n in p)
+    names = [piece_name(p, k == len(pieces) - 1, owned, blocks) for k, p in enumerate(pieces)]
+    calls = [innermost_block(p, blocks) for p in pieces]
     stages: list[list[fx.Node]] = []
     merged_names: list[str] = []
     last_piece: list[int] = []
     for k, (piece, name) in enumerate(zip(pieces, names, strict=True)):
-        if merged_names and merged_names[-1] == name:
+        if merged_names and merged_names[-1] == name and calls[last_piece[-1]] == calls[k]:
             stages[-1].extend(piece)
             last_piece[-1] = k
         else:
@@ -77,4 +108,4 @@ def merge_by_name(
     return stages, unique, last_piece
 
 
-__all__ = ["merge_by_name", "piece_name"]
+__all__ = ["innermost_block", "merge_by_name", "piece_name"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import operator
 import re
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -226,12 +227,7 @@ _ROOT = re.compile(r"^L\[['\"][^'\"]+['\"]\]\.?")
 _INDEX = re.compile(r"\[['\"]?([^\]'\"]+)['\"]?\]")
 
 
-def module_path(node: fx.Node) -> str:
-    """The dotted path (below the traced step's ``model``) of the module whose code made ``node``."""
-    stack = node.meta.get("nn_module_stack") or {}
-    if not stack:
-        return ""
-    raw = list(stack.values())[-1][0]
+def _clean_path(raw: object) -> str:
     path = _INDEX.sub(r".\1", _ROOT.sub("", str(raw))).replace("._modules.", ".").strip(".")
     parts = [p for p in path.split(".") if p]
     if parts and parts[0] == "model":
@@ -239,8 +235,66 @@ def module_path(node: fx.Node) -> str:
     return ".".join(parts)
 
 
+def module_path(node: fx.Node) -> str:
+    """The dotted path (below the traced step's ``model``) of the module whose code made ``node``."""
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    return _clean_path(list(stack.values())[-1][0])
+
+
+def _block_class(path: str, cls: object) -> bool:
+    """An indexed child (``layer2.1``, ``stages.0.blocks.3``, ``features.1.0``) of a model's own
+    class: not one of torch.nn's modules, nor a container (a ``Sequential`` subclass such as
+    torchvision's ``Conv2dNormActivation`` is a layer group)."""
+    if not path or not path.rsplit(".", 1)[-1].isdigit() or not isinstance(cls, type):
+        return False
+    if issubclass(cls, (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)):
+        return False
+    return not cls.__module__.startswith("torch.nn.")
+
+
+def _module_calls(node: fx.Node) -> list[tuple[str, str, object]]:
+    """``(call key, path, class)`` of each module call that made ``node``, outermost first."""
+    stack = node.meta.get("nn_module_stack") or {}
+    return [(str(key), _clean_path(value[0]), value[1] if len(value) > 1 else None) for key, value in stack.items()]
+
+
+def repeated_blocks(nodes: Iterable[fx.Node]) -> frozenset[str]:
+    """The paths of the model's repeated blocks among the modules that made ``nodes``: an indexed
+    child of the model's own class that has a sibling of its class (``layer2.0``, ``layer2.1``) or is
+    called more than once (ALBERT's one shared layer, TorchDynamo's ``id@k`` key for the k-th call).
+    A lone indexed module inside a block (torchvision's squeeze-excitation at ``block.2``) is part
+    of that block, not one of its own."""
+    classes: dict[str, object] = {}
+    called_again: set[str] = set()
+    for node in nodes:
+        for key, path, cls in _module_calls(node):
+            if _block_class(path, cls):
+                classes[path] = cls
+                if "@" in key:
+                    called_again.add(path)
+    siblings: dict[tuple[str, object], int] = {}
+    for path, cls in classes.items():
+        parent = path.rsplit(".", 1)[0] if "." in path else ""
+        siblings[parent, cls] = siblings.get((parent, cls), 0) + 1
+    return frozenset(
+        path
+        for path, cls in classes.items()
+        if path in called_again or siblings[(path.rsplit(".", 1)[0] if "." in path else ""), cls] > 1
+    )
+
+
+def block_calls(node: fx.Node, blocks: frozenset[str]) -> tuple[tuple[str, str], ...]:
+    """The calls of ``blocks`` (:func:`repeated_blocks`) that made ``node``, outermost first, each
+    as ``(call key, path)``: the key tells two calls of one block apart."""
+    return tuple((key, path) for key, path, _ in _module_calls(node) if path in blocks)
+
+
 __all__ = [
     "aliases",
+    "block_calls",
+    "repeated_blocks",
     "CONTEXT_FUNCTIONS",
     "INPLACE_OPERATORS",
     "RANDOM_WORDS",
