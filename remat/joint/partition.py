@@ -112,13 +112,13 @@ class Session:
             raise RematError(f"times: expected one of {', '.join(TIME_SOURCES)}, got {times!r}")
         if isinstance(budget, bool) or not isinstance(budget, (int, float, str)):
             raise RematError(f"budget: expected bytes (int), a size or percentage (str) or a fraction, got {budget!r}")
-        if isinstance(budget, str):
-            parse_size(budget, reference=1 << 40)  # a malformed size is refused before any compile
+        resolve_budget(budget, 1 << 40)  # a malformed size, a float outside (0, 1], a negative int
         self.budget, self.times, self.ilp_seconds, self.repeats = budget, times, float(ilp_seconds), int(repeats)
         self.plans: list[RegionPlan] = []
         self.joints: dict[str, tuple[JointProfile, Front]] = {}
         self.assigned: dict[tuple[int, str], frozenset[int]] = {}
-        self.step_budget: int | None = None
+        self.step_budget: int | None = None  # set for the reruns of one signature's first call
+        self.margin = 0  # bytes a measured step peaked above its simulation (RematCompiled._remeasure)
         self.begin_call()
 
     def begin_call(self) -> None:
