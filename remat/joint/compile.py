@@ -368,7 +368,8 @@ def compile(  # noqa: A001 - the public name is remat.compile
             bytes (int), a size (``"6GiB"``), a percentage of the store-all peak (``"40%"``) or a
             fraction of it (float in (0, 1]). A malformed or out-of-range budget is refused here.
         times: ``"measured"`` (each joint graph's nodes run eagerly on fresh data) or
-            ``"estimate"`` (bytes and FLOPs; :mod:`remat.joint.timing`).
+            ``"estimate"`` (remat's own bytes-and-FLOPs formula, :mod:`remat.joint.timing`; not
+            inductor's cost model).
         ilp_seconds: seconds for the ILP after the hierarchical solver, per joint graph (0: skip;
             graphs of at most :data:`remat.joint.solve.ILP_NODES` nodes only).
         repeats: timed runs of each joint graph after one warm-up (the least counts).

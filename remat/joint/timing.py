@@ -3,13 +3,14 @@
 ``measured`` (the default): the joint graph runs eagerly, node by node, on fresh tensors with the
 fake inputs' shapes, strides and dtypes (floats from a normal distribution, integers and booleans
 zero, so an index is always in range), under :func:`torch.random.fork_rng` so the user's RNG
-stream is untouched; each node's time is the least of ``repeats`` runs after one warm-up
-(``time.perf_counter``, after a device sync). These are eager op times: inductor fuses pointwise
-chains, so a recomputed pointwise op costs less in the compiled step than here (docs/compile.md).
-Where the graph cannot run (an op the fresh data makes fail), every node not yet timed gets the
-estimate instead, and the result says so.
+stream is untouched; each node's time is the least of ``repeats`` runs after one warm-up whose
+times do not count (``time.perf_counter``, after a device sync). These are eager op times:
+inductor fuses pointwise chains, so a recomputed pointwise op costs less in the compiled step than
+here (docs/compile.md). Where the graph cannot run (an op the fresh data makes fail), every node
+not yet timed gets the estimate instead, and the result says so.
 
-``estimate``: ``bytes read and written / BYTES_PER_MS + FLOPs / FLOPS_PER_MS``, FLOPs from torch's
+``estimate``: remat's own formula, not inductor's cost model:
+``bytes read and written / BYTES_PER_MS + FLOPs / FLOPS_PER_MS``, FLOPs from torch's
 ``flop_counter`` formulas (matmuls, convolutions, attention; 0 for other ops).
 
 Units: milliseconds (float).
