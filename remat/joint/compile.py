@@ -217,6 +217,10 @@ class RematCompiled(nn.Module):
         :data:`MAX_RERUNS` reruns; a split still changing after them is a one-line refusal)."""
         for rerun in range(MAX_RERUNS + 1):
             out, error = self._run(args, kwargs)
+            if error is None and self._session.over_share and len(self._session.call_fronts) < 2:
+                _restore(self.model, state)  # one region over its share: nothing to split, refused
+                self._build()
+                return None, RematError(self._session.over_share[0])
             split_budget = self._resplit(error)
             if split_budget is None:
                 return out, error

@@ -230,6 +230,22 @@ def test_a_new_shape_starts_from_the_budget_not_the_last_split(monkeypatch) -> N
 
 
 @pytest.mark.slow
+def test_a_fraction_is_of_the_steps_store_all_peak_even_where_region_0_alone_cannot_meet_it() -> None:
+    """75% of the step's store-all peak fits the two regions together, not 75% of region 0's own
+    store-all peak (region 0's greedy share): the split decides, no refusal."""
+    torch.manual_seed(0)
+    compiled = remat.compile(Broken(), budget="75%", times="estimate", measure=False)
+    compiled(torch.randn(64, 32)).sum().backward()
+    first = compiled.regions[0]
+    assert first.least > 3 * first.store_all.peak // 4, "region 0 alone cannot meet 75% of its own"
+    assert compiled.predicted_peak <= 3 * compiled.store_all_peak // 4
+    # one region below its least is still refused, in one line
+    with pytest.raises(RematError, match="below the least") as raised:
+        remat.compile(mlp(width=32, depth=2), budget="1%", times="estimate")(torch.randn(64, 32))
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.slow
 def test_a_split_still_changing_after_the_last_rerun_is_refused(monkeypatch) -> None:
     import remat.joint.compile
 
