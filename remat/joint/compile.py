@@ -1,15 +1,18 @@
 """``remat.compile(model, budget=...)``: ``torch.compile`` with remat's partitioner (docs/compile.md).
 
 The model is compiled by inductor as usual (``dynamic=False``: every new input shape is a new
-graph, so each gets its own exact sizes and its own solve, kept by torch's compile cache); only
-the partition of each joint graph into forward and backward is remat's
-(:class:`~remat.joint.partition.RematPartitioner`). After the first call, ``.plan``,
-``.schedule``, ``.predicted_peak`` and ``.predicted_ms`` describe the latest compiled step, and
-``.plans`` holds every region plan made (one per region and input shape).
+graph, so each gets its own exact sizes and its own solve, kept by torch's compile cache; inductor's
+layout optimization off); only the partition of each joint graph into forward and backward is
+remat's (:class:`~remat.joint.partition.RematPartitioner`). After the first call, ``regions``,
+``plan``, ``schedule``, ``predicted_peak``, ``simulated_peak``, ``measured_peak``, ``least_peak``,
+``store_all_peak`` and ``predicted_ms`` describe the step of the latest call's input signature,
+and ``plans`` holds every region plan made (one per region and input shape).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -17,16 +20,57 @@ from torch import nn
 from torch.utils._pytree import tree_flatten
 
 from remat.joint.partition import RegionPlan, RematPartitioner, Session, resolve_budget
+from remat.joint.solve import Front
 from remat.joint.split import least_step_peak, split, step_peak
+from remat.measure.allocator import AllocatorMeter
 from remat.schedules import RematError, Schedule
 
 MAX_RERUNS = 4  # each rerun sees at least one more region than the last, or ends the loop
+MAX_REMEASURES = 2  # re-solves after a measured step above the budget, each with a larger margin
+
+
+@dataclass(frozen=True)
+class _Call:
+    """What one input signature compiled: its region plans and fronts (in region order) and the
+    allocator's peak of its measured step (bytes; None when not measured)."""
+
+    plans: tuple[RegionPlan, ...]
+    fronts: tuple[Front, ...]
+    keys: tuple[tuple[int, str], ...] = ()
+    measured: int | None = None
+
+
+def _budget_bytes(session: Session, fronts: Sequence[Front]) -> int:
+    """The step's budget in bytes (a fraction or percentage of its simulated store-all peak)."""
+    return resolve_budget(session.budget, step_peak([f.store_all for f in fronts]))
+
+
+_SCALARS = (bool, int, float, complex, str, bytes, type(None))
+
+
+def _leaf_key(value: object) -> object:
+    """A tensor's shape, dtype and device; a Python scalar's type and value (``dynamic=False``:
+    torch compiles anew for a new int or bool, so the plan may differ; ``repr`` so that a NaN
+    equals itself); for anything else its type."""
+    if isinstance(value, torch.Tensor):
+        return (tuple(value.shape), value.dtype, value.device)
+    if isinstance(value, _SCALARS):
+        return (type(value), repr(value))
+    return type(value)
 
 
 def _signature(args: tuple, kwargs: dict) -> tuple:
-    """What makes a call compile anew here: its tensors' shapes, dtypes and devices."""
+    """What makes a call compile anew here: the arguments' structure and each leaf's key."""
     flat, spec = tree_flatten((args, kwargs))
-    return (str(spec), *((tuple(a.shape), a.dtype, a.device) if isinstance(a, torch.Tensor) else type(a) for a in flat))
+    return (str(spec), *(_leaf_key(a) for a in flat))
+
+
+def _device(model: nn.Module, args: tuple, kwargs: dict) -> torch.device:
+    """The device of the call's first tensor argument, else of the model's first parameter."""
+    for value in tree_flatten((args, kwargs))[0]:
+        if isinstance(value, torch.Tensor):
+            return value.device
+    return next((p.device for p in model.parameters()), torch.device("cpu"))
 
 
 def _snapshot(model: nn.Module) -> tuple:
@@ -65,24 +109,42 @@ class RematCompiled(nn.Module):
     breaks), the budget is split across them exactly (:func:`remat.joint.split.split`); if that
     changes a region's choice, or a later region could not fit what the earlier ones left, the
     call is run again with the split (RNG state and buffers restored first, so the step is the
-    one the user asked for; Python side effects of the model run twice).
+    one the user asked for; Python side effects of the model run twice). Then, with ``measure``,
+    one step of the compiled graphs runs under the allocator (:meth:`_measure`); if it peaks above
+    the budget, the budget is lowered by the overshoot and the call runs again (at most
+    :data:`MAX_REMEASURES` times). The step the user asked for runs last.
 
     Attributes:
         plans: every :class:`RegionPlan` made so far, in the order the regions compiled.
     """
 
-    def __init__(self, model: nn.Module, session: Session, **compile_options: Any) -> None:
+    def __init__(self, model: nn.Module, session: Session, measure: bool = True, **compile_options: Any) -> None:
         super().__init__()
         self.model = model
         self._session = session
+        self._measure_steps = bool(measure)
         self._options = compile_options
-        self._seen: set[tuple] = set()
+        self._calls: dict[tuple, _Call] = {}
+        self._current: _Call | None = None
         self._build()
 
     def _build(self) -> None:
         partitioner = RematPartitioner(self._session)  # a fresh uuid: inductor's caches miss
-        options = {"custom_partitioner_fn": partitioner, "fx_graph_cache": False}
-        compiled = torch.compile(self.model, backend="inductor", dynamic=False, options=options, **self._options)
+        # layout_optimization off: with it, inductor copies convolution weights to channels-last
+        # inside the graphs (saved for the backward) and converts their gradients back, bytes the
+        # joint graph does not have (ResNet-18: the allocator 62.6% over the prediction, docs/compile.md)
+        options = {"custom_partitioner_fn": partitioner, "fx_graph_cache": False, "layout_optimization": False}
+        # isolate_recompiles: every build (a rerun, a re-solve) is a new torch.compile of the same
+        # code; shared, their entries would count against dynamo's recompile limit together and
+        # a model would fall back to eager (uncompiled, unplanned) after a few new shapes
+        compiled = torch.compile(
+            self.model,
+            backend="inductor",
+            dynamic=False,
+            options=options,
+            isolate_recompiles=True,
+            **self._options,
+        )
         object.__setattr__(self, "_compiled", compiled)  # not a submodule: the parameters are model's
 
     def _run(self, args: tuple, kwargs: dict) -> tuple[Any, RematError | None]:
@@ -97,84 +159,198 @@ class RematCompiled(nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         signature = _signature(args, kwargs)
-        if signature in self._seen:
+        if signature in self._calls:
             out, error = self._run(args, kwargs)
+            if error is None and self._session.call_plans:  # torch recompiled (a guard failed): new plans
+                session = self._session
+                self._calls[signature] = _Call(
+                    tuple(session.call_plans), tuple(session.call_fronts), tuple(session.call_keys)
+                )
         else:
-            state = _snapshot(self.model)
-            for _ in range(MAX_RERUNS + 1):
-                out, error = self._run(args, kwargs)
-                if not self._resplit(error):
-                    break
-                _restore(self.model, state)
-                self._build()
-            self._seen.add(signature)
+            out, error, call = self._first_call(args, kwargs)
+            if error is None:
+                self._calls[signature] = call
         if error is not None:
             raise error from None
+        self._current = self._calls[signature]
         return out
 
-    def _resplit(self, error: RematError | None) -> bool:
-        """Split the budget across this call's regions; True if the call must run again with it."""
+    def _first_call(self, args: tuple, kwargs: dict) -> tuple[Any, RematError | None, _Call]:
+        """The first call of a signature: split, measure, re-solve, then the user's step; with
+        the call's plans, fronts and measured peak."""
+        session = self._session
+        session.step_budget, session.margin = None, 0  # a new signature starts from the budget alone
+        session.assigned.clear()
+        state = _snapshot(self.model)
+        tried: list[_Call] = []
+        for remeasure in range(MAX_REMEASURES + 1):
+            out, error = self._split_runs(args, kwargs, state)
+            call = _Call(tuple(session.call_plans), tuple(session.call_fronts), tuple(session.call_keys))
+            if error is not None or not self._measure_steps or not call.plans:
+                return out, error, call
+            del out  # the measured step starts from nothing of this one
+            _restore(self.model, state)
+            tried.append(replace(call, measured=self._measure(args, kwargs)))
+            _restore(self.model, state)
+            if remeasure == MAX_REMEASURES or not self._remeasure(tried[-1]):
+                break
+            self._build()
+        best = self._best(tried)
+        if best is not tried[-1]:  # an earlier choice measured better: compile it again
+            session.assigned = {key: p.chosen.saved for key, p in zip(best.keys, best.plans, strict=True)}
+            self._build()
+        out, error = self._run(args, kwargs)
+        if session.call_plans:
+            best = replace(best, plans=tuple(session.call_plans))
+        return out, error, best
+
+    def _best(self, tried: list[_Call]) -> _Call:
+        """Of the measured choices, the fastest within the budget, else the one that peaked least."""
+        budget = _budget_bytes(self._session, tried[0].fronts)
+        fitting = [c for c in tried if c.measured is None or c.measured <= budget]
+        if fitting:
+            return min(fitting, key=lambda c: sum(p.chosen.ms for p in c.plans))
+        return min(tried, key=lambda c: c.measured or 0)
+
+    def _split_runs(self, args: tuple, kwargs: dict, state: tuple) -> tuple[Any, RematError | None]:
+        """Run the call until the split across its regions no longer changes (at most
+        :data:`MAX_RERUNS` reruns; a split still changing after them is a one-line refusal)."""
+        for rerun in range(MAX_RERUNS + 1):
+            out, error = self._run(args, kwargs)
+            if error is None and self._session.over_share and len(self._session.call_fronts) < 2:
+                _restore(self.model, state)  # one region over its share: nothing to split, refused
+                self._build()
+                return None, RematError(self._session.over_share[0])
+            split_budget = self._resplit(error)
+            if split_budget is None:
+                return out, error
+            if rerun == MAX_RERUNS:
+                _restore(self.model, state)
+                self._build()
+                return None, RematError(
+                    f"remat.compile: the split of the budget across {len(self._session.call_fronts)} compiled "
+                    f"regions still changed after {MAX_RERUNS + 1} runs; the call is refused"
+                )
+            self._session.step_budget = split_budget
+            _restore(self.model, state)
+            self._build()
+        raise AssertionError("unreachable")  # the loop returns on its last pass
+
+    def _resplit(self, error: RematError | None) -> int | None:
+        """Split the budget across this call's regions; the step budget (bytes) to run the call
+        again with, or None when it must not run again (one region, or the split changes nothing)."""
         session = self._session
         fronts = session.call_fronts
         if len(fronts) < 2 or (error is not None and len(fronts) == len(session.call_plans)):
-            return False
-        reference = step_peak([f.store_all for f in fronts])
-        budget = resolve_budget(session.budget, reference)
+            return None
+        budget = _budget_bytes(session, fronts) - session.margin
         choices = split(fronts, budget)  # one line naming the least step peak if none fits
         assigned = {key: c.saved for key, c in zip(session.call_keys, choices, strict=True)}
         current = {key: p.chosen.saved for key, p in zip(session.call_keys, session.call_plans, strict=False)}
         if error is None and current == assigned:
-            return False
+            return None
         session.assigned.update(assigned)
-        session.step_budget = budget
+        return budget
+
+    def _measure(self, args: tuple, kwargs: dict) -> int | None:
+        """The allocator's peak (bytes) of one step of the compiled graphs on these inputs: the
+        forward, then the backward of the sum of every output that has a gradient (as
+        ``out.sum().backward()``; ``torch.autograd.grad``, so no parameter's ``.grad`` is touched).
+        None where the allocator cannot be read (a torch profiler is already running, on CPU)."""
+        device = _device(self.model, args, kwargs)
+        if device.type == "cpu" and torch.autograd.profiler._is_profiler_enabled:
+            return None
+        inputs = [p for p in self.model.parameters() if p.requires_grad]
+        with AllocatorMeter(device) as meter:
+            out = self._compiled(*args, **kwargs)
+            leaves = tree_flatten(out)[0]
+            outputs = [t for t in leaves if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+            if outputs and inputs:
+                loss = sum(t.sum() for t in outputs)
+                torch.autograd.grad(loss, inputs, allow_unused=True)
+                del loss
+            del out, leaves, outputs
+        return meter.peak_bytes
+
+    def _remeasure(self, call: _Call) -> bool:
+        """After a measured step above the budget: lower the step budget by the largest overshoot
+        of the simulation seen so far (the margin) and say True, so the call runs again; False
+        when the step fits, when no plan is left below, or when store-all was asked for."""
+        session, measured, fronts = self._session, call.measured, call.fronts
+        if measured is None:
+            return False
+        top = step_peak([f.store_all for f in fronts])
+        budget = _budget_bytes(session, fronts)
+        store_all = all(p.chosen.saved == p.store_all.saved for p in call.plans)
+        if measured <= budget or (store_all and budget >= top):
+            return False  # within the budget, or a budget that admits store-all keeps it
+        margin = measured - max(p.step_peak for p in call.plans)
+        if margin <= session.margin:
+            return False  # the same step budget again would choose the same plans
+        session.margin = margin
+        if budget - margin < least_step_peak(fronts):
+            return False
+        session.step_budget = budget - session.margin
+        session.assigned.clear()
         return True
 
     @property
     def plans(self) -> tuple[RegionPlan, ...]:
         return tuple(self._session.plans)
 
-    def _latest(self) -> list[RegionPlan]:
-        plans = self._session.call_plans or self._session.plans[-1:]
-        if not plans:
+    def _latest(self) -> _Call:
+        if self._current is None:
             raise RematError("remat.compile: nothing is compiled yet; call the model once first")
-        return list(plans)
+        if not self._current.plans:
+            raise RematError("remat.compile: the latest call compiled no region with a backward (nothing to plan)")
+        return self._current
 
     @property
     def regions(self) -> tuple[RegionPlan, ...]:
-        """The region plans of the latest call that compiled (one per compiled region)."""
-        return tuple(self._latest())
+        """The region plans of the latest call's input signature (one per compiled region)."""
+        return self._latest().plans
 
     @property
     def plan(self) -> RegionPlan:
-        """The latest compiled region's plan (the only one without graph breaks)."""
-        return self._latest()[-1]
+        """The latest call's last compiled region's plan (the only one without graph breaks)."""
+        return self._latest().plans[-1]
 
     @property
     def schedule(self) -> Schedule:
-        """The latest compiled region's partition as a remat graph schedule."""
+        """The latest call's last region's partition as a remat graph schedule."""
         return self.plan.schedule
 
     @property
+    def simulated_peak(self) -> int:
+        """The step's simulated peak (bytes): the largest ``held_before + peak`` over its regions."""
+        return max(p.step_peak for p in self._latest().plans)
+
+    @property
+    def measured_peak(self) -> int | None:
+        """The allocator's peak (bytes) of the step measured for the latest call's signature
+        (:meth:`_measure`), or None when it was not measured."""
+        return self._latest().measured
+
+    @property
     def predicted_peak(self) -> int:
-        """The step's predicted peak (bytes): the largest ``held_before + peak`` over its regions."""
-        return max(p.step_peak for p in self._latest())
+        """The step's predicted peak (bytes): the simulated peak, or the measured one where it is higher."""
+        measured = self._latest().measured
+        return max(self.simulated_peak, measured or 0)
 
     @property
     def least_peak(self) -> int:
-        """The least step peak (bytes) any budget can get for the latest compiled input shape."""
-        self._latest()
-        return least_step_peak(self._session.call_fronts)
+        """The least simulated step peak (bytes) any budget can get for the latest call's signature."""
+        return least_step_peak(self._latest().fronts)
 
     @property
     def store_all_peak(self) -> int:
-        """The step peak (bytes) of saving everything, for the latest compiled input shape."""
-        self._latest()
-        return step_peak([f.store_all for f in self._session.call_fronts])
+        """The simulated step peak (bytes) of saving everything, for the latest call's signature."""
+        return step_peak([f.store_all for f in self._latest().fronts])
 
     @property
     def predicted_ms(self) -> float:
         """The step's predicted time (ms): the sum of its regions' schedule times."""
-        return sum(p.chosen.ms for p in self._latest())
+        return sum(p.chosen.ms for p in self._latest().plans)
 
 
 def compile(  # noqa: A001 - the public name is remat.compile
@@ -184,6 +360,7 @@ def compile(  # noqa: A001 - the public name is remat.compile
     times: str = "measured",
     ilp_seconds: float = 0.0,
     repeats: int = 2,
+    measure: bool = True,
     **compile_options: Any,
 ) -> RematCompiled:
     """``model`` compiled with ``torch.compile`` (inductor), its joint graphs partitioned by remat
@@ -191,23 +368,30 @@ def compile(  # noqa: A001 - the public name is remat.compile
 
     Args:
         model: an ``nn.Module`` in train mode.
-        budget: activation memory of the training step, parameters, inputs and pre-allocated
-            gradients excluded: bytes (int), a size (``"6GiB"``), a percentage of the store-all
-            peak (``"40%"``) or a fraction of it (float in (0, 1]).
+        budget: the bytes a training step allocates beyond what exists before it (parameters,
+            inputs and pre-allocated ``.grad`` tensors are not in it; the gradients the compiled
+            backward returns are, as they are new tensors until autograd adds them into ``.grad``):
+            bytes (int), a size (``"6GiB"``), a percentage of the store-all peak (``"40%"``) or a
+            fraction of it (float in (0, 1]). A malformed or out-of-range budget is refused here.
         times: ``"measured"`` (each joint graph's nodes run eagerly on fresh data) or
-            ``"estimate"`` (bytes and FLOPs; :mod:`remat.joint.timing`).
+            ``"estimate"`` (remat's own bytes-and-FLOPs formula, :mod:`remat.joint.timing`; not
+            inductor's cost model).
         ilp_seconds: seconds for the ILP after the hierarchical solver, per joint graph (0: skip;
             graphs of at most :data:`remat.joint.solve.ILP_NODES` nodes only).
-        repeats: timed runs of each joint graph (the least counts).
+        repeats: timed runs of each joint graph after one warm-up (the least counts).
+        measure: run one step of the compiled graphs under the allocator at the first call of
+            each input signature, re-solve if it peaks above the budget, and make
+            ``predicted_peak`` at least that peak (:class:`RematCompiled`).
         compile_options: passed to ``torch.compile`` (``fullgraph``, ``mode``; not ``backend``,
-            ``options`` or ``dynamic``).
+            ``options``, ``dynamic`` or ``isolate_recompiles``).
     """
     if not isinstance(model, nn.Module):
         raise RematError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
-    taken = sorted(set(compile_options) & {"backend", "options", "dynamic"})
+    taken = sorted(set(compile_options) & {"backend", "options", "dynamic", "isolate_recompiles"})
     if taken:
         raise RematError(f"remat.compile: option '{taken[0]}' is set by remat.compile itself")
-    return RematCompiled(model, Session(budget, times, ilp_seconds, repeats), **compile_options)
+    session = Session(budget, times, ilp_seconds, repeats)
+    return RematCompiled(model, session, measure=measure, **compile_options)
 
 
 __all__ = ["RematCompiled", "compile"]

@@ -43,6 +43,11 @@ from remat.schedules.units import parse_size
 from remat.solver.common import make_schedule
 
 
+def _relative(budget: int | float | str) -> bool:
+    """True for a fraction or a percentage (of the step's store-all peak)."""
+    return isinstance(budget, float) or (isinstance(budget, str) and budget.strip().endswith("%"))
+
+
 def resolve_budget(budget: int | float | str, reference: int) -> int:
     """Bytes from ``budget``: an int (bytes), a size (``"6GiB"``), a percentage (``"40%"``) or a
     float in (0, 1] (a fraction) of ``reference`` bytes (remat.checkpoint's forms)."""
@@ -112,13 +117,13 @@ class Session:
             raise RematError(f"times: expected one of {', '.join(TIME_SOURCES)}, got {times!r}")
         if isinstance(budget, bool) or not isinstance(budget, (int, float, str)):
             raise RematError(f"budget: expected bytes (int), a size or percentage (str) or a fraction, got {budget!r}")
-        if isinstance(budget, str):
-            parse_size(budget, reference=1 << 40)  # a malformed size is refused before any compile
+        resolve_budget(budget, 1 << 40)  # a malformed size, a float outside (0, 1], a negative int
         self.budget, self.times, self.ilp_seconds, self.repeats = budget, times, float(ilp_seconds), int(repeats)
         self.plans: list[RegionPlan] = []
         self.joints: dict[str, tuple[JointProfile, Front]] = {}
         self.assigned: dict[tuple[int, str], frozenset[int]] = {}
-        self.step_budget: int | None = None
+        self.step_budget: int | None = None  # set for the reruns of one signature's first call
+        self.margin = 0  # bytes a measured step peaked above its simulation (RematCompiled._remeasure)
         self.begin_call()
 
     def begin_call(self) -> None:
@@ -126,6 +131,7 @@ class Session:
         self.call_plans: list[RegionPlan] = []
         self.call_keys: list[tuple[int, str]] = []
         self.call_fronts: list[Front] = []
+        self.over_share: list[str] = []  # refusals of greedy shares taken back for the split
 
 
 def structure_key(jp: JointProfile) -> str:
@@ -214,11 +220,15 @@ class RematPartitioner(CustomPartitionerFn):
             try:
                 chosen, source = front.choose(share)
             except RematError as error:
+                message = str(error)
                 if held_before:
-                    raise RematError(
-                        f"{error} (region {region}: its share after {held_before} bytes held by earlier regions)"
-                    ) from None
-                raise
+                    message += f" (region {region}: its share after {held_before} bytes held by earlier regions)"
+                if not _relative(session.budget) or session.step_budget is not None:
+                    raise RematError(message) from None
+                # a fraction of the step's store-all peak, whose later regions are not known yet:
+                # take the least here and let the split over all regions decide (RematCompiled)
+                chosen, source = min(front.candidates, key=lambda c: (c.peak, c.ms)), "least, over its greedy share"
+                session.over_share.append(message)
             pick = front.candidates.index(chosen)
         # inductor rewrites the graphs it is given: every compile gets its own, from this joint graph
         chosen = realize(jp, gm, front.candidates[pick].saved, static)

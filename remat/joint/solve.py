@@ -11,9 +11,11 @@ partition's own simulated peak and time. The candidates:
    peak, and at the caller's budget lowered by each overshoot (:data:`REPAIRS` times): a
    realized partition can peak above the solver's schedule (its recomputations all live until
    their last use, its gradients until the backward returns);
-3. the ``ilp`` (Checkmate's, warm-started from the hierarchical plan) at the budget of the best
-   hierarchical candidate, for ``ilp_seconds`` seconds, on graphs of at most :data:`ILP_NODES`
-   nodes (its model grows with the square of the node count).
+3. the ``ilp`` (Checkmate's) at the solver budget of the best hierarchical candidate, for
+   ``ilp_seconds`` seconds, on graphs of at most :data:`ILP_NODES` nodes (its model grows with
+   the square of the node count). It is called with its default warm starts
+   (``remat.solver.graph.ilp.WARM_STARTS``), which run the hierarchical solver again at that
+   same budget: the best hierarchical candidate's plan is among its starts.
 
 Among the candidates within the budget, the fastest wins (ties: the lower peak). The least budget
 is the least realized peak among the candidates; below it the refusal names it.

@@ -3,13 +3,14 @@
 ``measured`` (the default): the joint graph runs eagerly, node by node, on fresh tensors with the
 fake inputs' shapes, strides and dtypes (floats from a normal distribution, integers and booleans
 zero, so an index is always in range), under :func:`torch.random.fork_rng` so the user's RNG
-stream is untouched; each node's time is the least of ``repeats`` runs after one warm-up
-(``time.perf_counter``, after a device sync). These are eager op times: inductor fuses pointwise
-chains, so a recomputed pointwise op costs less in the compiled step than here (docs/compile.md).
-Where the graph cannot run (an op the fresh data makes fail), every node not yet timed gets the
-estimate instead, and the result says so.
+stream is untouched; each node's time is the least of ``repeats`` runs after one warm-up whose
+times do not count (``time.perf_counter``, after a device sync). These are eager op times:
+inductor fuses pointwise chains, so a recomputed pointwise op costs less in the compiled step than
+here (docs/compile.md). Where the graph cannot run (an op the fresh data makes fail), every node
+not yet timed gets the estimate instead, and the result says so.
 
-``estimate``: ``bytes read and written / BYTES_PER_MS + FLOPs / FLOPS_PER_MS``, FLOPs from torch's
+``estimate``: remat's own formula, not inductor's cost model:
+``bytes read and written / BYTES_PER_MS + FLOPs / FLOPS_PER_MS``, FLOPs from torch's
 ``flop_counter`` formulas (matmuls, convolutions, attention; 0 for other ops).
 
 Units: milliseconds (float).
@@ -81,6 +82,7 @@ class _Timer(fx.Interpreter):
         super().__init__(gm, garbage_collect_values=True)
         self.device = device
         self.ms: dict[str, float] = {}
+        self.warm_up = True  # the first run's times (cold caches, lazy initialisation) do not count
 
     def run_node(self, n: fx.Node) -> object:
         if n.op != "call_function":
@@ -90,7 +92,8 @@ class _Timer(fx.Interpreter):
         out = super().run_node(n)
         _sync(self.device)
         took = (time.perf_counter() - start) * 1e3
-        self.ms[n.name] = min(took, self.ms.get(n.name, took))
+        if not self.warm_up:
+            self.ms[n.name] = min(took, self.ms.get(n.name, took))
         return out
 
 
@@ -110,7 +113,8 @@ def node_times(
         torch.no_grad(),
     ):
         try:
-            for _ in range(1 + max(1, int(repeats))):
+            for run in range(1 + max(1, int(repeats))):
+                timer.warm_up = run == 0
                 timer.run(*[_real(v) for v in flat])
         except Exception:  # noqa: BLE001 - the graph cannot run on fresh data: estimate the rest
             last = next(reversed(timer.ms), None)

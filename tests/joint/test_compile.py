@@ -56,6 +56,25 @@ def test_refusals_before_any_compile() -> None:
         remat.compile(nn.Linear(2, 2), times="guess")
     with pytest.raises(RematError):
         remat.compile(nn.Linear(2, 2), budget="six gigs")
+    with pytest.raises(RematError, match="isolate_recompiles"):
+        remat.compile(nn.Linear(2, 2), isolate_recompiles=False)
+    # out-of-range budgets are refused here, not at the first call
+    for budget, words in ((1.5, "fraction"), (0.0, "fraction"), (float("nan"), "fraction"), (-5, "negative")):
+        with pytest.raises(RematError, match=words) as raised:
+            remat.compile(nn.Linear(2, 2), budget=budget)
+        assert "\n" not in str(raised.value)
+
+
+def test_signature_tells_python_values_apart() -> None:
+    from remat.joint.compile import _signature
+
+    x = torch.zeros(2, 3)
+    assert _signature((x, 1), {}) == _signature((torch.ones(2, 3), 1), {})
+    assert _signature((x, 1), {}) != _signature((x, 2), {})
+    assert _signature((x,), {"flag": True}) != _signature((x,), {"flag": False})
+    assert _signature((x, 1.0), {}) != _signature((x, 1), {})
+    assert _signature((x, float("nan")), {}) == _signature((x, float("nan")), {})
+    assert _signature((x,), {}) != _signature((torch.zeros(3, 2),), {})
 
 
 @pytest.mark.slow
@@ -80,6 +99,39 @@ def test_gradients_match_eager_and_the_allocator_stays_within_the_prediction() -
         compiled(x).sum().backward()
     # inductor fuses pointwise chains the profile counts one by one: the prediction is a ceiling
     assert 0 < meter.peak_bytes <= compiled.predicted_peak, (meter.peak_bytes, compiled.predicted_peak)
+
+
+def _conv_bn() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+        nn.Conv2d(16, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10),
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_conv_bn_net_stays_within_the_prediction_at_store_all_and_at_the_least() -> None:
+    """Inductor's layout optimization (channels-last weight copies) put the store-all step above
+    the prediction; the convolutions' backward buffers put the least one 26% above it: remat
+    turns the first off and measures the compiled step for the second."""
+    x = torch.randn(8, 3, 32, 32)
+    least = None
+    for budget in (1.0, "least"):
+        model = _conv_bn()
+        eager = copy.deepcopy(model)
+        compiled = remat.compile(model, budget=least if budget == "least" else budget, times="estimate")
+        compiled(x).sum().backward()
+        least = compiled.least_peak
+        eager(x).sum().backward()
+        # the measured step ran with the buffers restored: BatchNorm's statistics moved once
+        torch.testing.assert_close(model[1].running_mean, eager[1].running_mean, **TOL)
+        prepare_grads(model)
+        with AllocatorMeter("cpu") as meter:
+            compiled(x).sum().backward()
+        predicted = compiled.predicted_peak
+        assert compiled.measured_peak is not None and predicted >= compiled.simulated_peak
+        assert 0 < meter.peak_bytes <= predicted <= 1.02 * meter.peak_bytes, (budget, meter.peak_bytes, predicted)
 
 
 @pytest.mark.slow
@@ -145,8 +197,15 @@ def test_graph_break_shares_one_budget() -> None:
 def test_a_new_shape_is_solved_again_once() -> None:
     model = mlp(width=32, depth=2)
     compiled = remat.compile(model, budget="90%", times="estimate")
-    for batch in (64, 128, 64):
+    read = {}
+    for batch in (64, 128, 64, 64):
         compiled(torch.randn(batch, 32)).sum().backward()
+        names = ("least_peak", "store_all_peak", "predicted_peak", "predicted_ms", "regions")
+        read.setdefault(batch, []).append({name: getattr(compiled, name) for name in names})
+    # a call whose signature was seen compiles nothing: the read-backs are still its signature's
+    first, *again = read[64]
+    assert first["least_peak"] > 0 and all(later == first for later in again)
+    assert read[128][0]["store_all_peak"] > first["store_all_peak"]
     plans = compiled.plans
     assert len(plans) == 2
     assert [p.shapes[-1][0] if p.shapes else None for p in plans] != [None, None]
@@ -154,6 +213,48 @@ def test_a_new_shape_is_solved_again_once() -> None:
     small, large = plans
     assert large.store_all.peak > small.store_all.peak
     assert large.share == int(0.9 * large.store_all.peak) or large.share == (9 * large.store_all.peak) // 10
+
+
+@pytest.mark.slow
+def test_a_new_shape_starts_from_the_budget_not_the_last_split(monkeypatch) -> None:
+    """The step budget a split set for one input shape does not steer the next shape's regions."""
+    torch.manual_seed(0)
+    compiled = remat.compile(Broken(), budget="95%", times="estimate", measure=False)
+    compiled(torch.randn(64, 32)).sum().backward()
+    before = len(compiled.plans)
+    assert before > len(compiled.regions), "the 64-row call must have been split and run again"
+    compiled(torch.randn(32, 32)).sum().backward()
+    step_budget = int(0.95 * compiled.store_all_peak)
+    made = compiled.plans[before:]
+    assert made and all(p.share <= step_budget - p.held_before for p in made), [p.share for p in made]
+
+
+@pytest.mark.slow
+def test_a_fraction_is_of_the_steps_store_all_peak_even_where_region_0_alone_cannot_meet_it() -> None:
+    """75% of the step's store-all peak fits the two regions together, not 75% of region 0's own
+    store-all peak (region 0's greedy share): the split decides, no refusal."""
+    torch.manual_seed(0)
+    compiled = remat.compile(Broken(), budget="75%", times="estimate", measure=False)
+    compiled(torch.randn(64, 32)).sum().backward()
+    first = compiled.regions[0]
+    assert first.least > 3 * first.store_all.peak // 4, "region 0 alone cannot meet 75% of its own"
+    assert compiled.predicted_peak <= 3 * compiled.store_all_peak // 4
+    # one region below its least is still refused, in one line
+    with pytest.raises(RematError, match="below the least") as raised:
+        remat.compile(mlp(width=32, depth=2), budget="1%", times="estimate")(torch.randn(64, 32))
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.slow
+def test_a_split_still_changing_after_the_last_rerun_is_refused(monkeypatch) -> None:
+    import remat.joint.compile
+
+    monkeypatch.setattr(remat.joint.compile, "MAX_RERUNS", 0)
+    torch.manual_seed(0)
+    compiled = remat.compile(Broken(), budget=78000, times="estimate", measure=False)
+    with pytest.raises(RematError, match="still changed") as raised:
+        compiled(torch.randn(64, 32))
+    assert "\n" not in str(raised.value)
 
 
 @pytest.mark.slow

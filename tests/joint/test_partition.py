@@ -4,6 +4,7 @@ budget, on AOTAutograd's joint graphs of small models (no inductor: fast)."""
 from __future__ import annotations
 
 import copy
+import time
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from remat.joint.partition import resolve_budget
 from remat.joint.plan import held_at_backward, realize
 from remat.joint.profile import END, tensor_bytes
 from remat.joint.solve import solve_front
+from remat.joint.timing import node_times
 from remat.schedules import RematError, simulate_graph
 from tests.joint.helpers import Block, aot_step, grads, mlp
 
@@ -146,3 +148,25 @@ def test_choice_is_within_budget_and_monotone(deep_front, a: float, b: float) ->
     chosen_large, _ = front.choose(large)
     assert chosen_small.peak <= small and chosen_large.peak <= large
     assert chosen_large.ms <= chosen_small.ms
+
+
+_calls = {"fast_once": 0}
+
+
+def _fast_once(x: torch.Tensor) -> torch.Tensor:
+    """Fast on its first call (the warm-up), 30 ms on every later one."""
+    _calls["fast_once"] += 1
+    if _calls["fast_once"] > 1:
+        time.sleep(0.03)
+    return x + 1
+
+
+def test_measured_times_leave_out_the_warm_up_run() -> None:
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    graph.output(graph.call_function(_fast_once, (x,)))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    x.meta["val"] = torch.zeros(4)
+    times = node_times(gm, [torch.zeros(4)], "measured", repeats=1)
+    assert _calls["fast_once"] == 2 and times.source == "measured"
+    assert times.ms["_fast_once"] >= 25.0, times.ms  # the timed run's, not the warm-up's
