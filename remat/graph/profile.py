@@ -126,11 +126,12 @@ def graph_plan(
         metadata["repeats"] = repeats
         metadata["time_model"] = "median of measured recording-forward and backward times per piece"
     transients = None
-    if overheads == "allocator":
+    if overheads == "allocator" or time_source == "measured":  # one run measures both
         fwd_measured, bwd_measured, transient_f, transient_b = measure_times(
             plan, model, inputs, torch_device, torch_dtype, repeats if time_source == "measured" else 0
         )
-        transients = (transient_f, transient_b)
+        if overheads == "allocator":  # else the meta run's tensors (overheads="shapes")
+            transients = (transient_f, transient_b)
         if time_source == "measured":
             fwd_ms, bwd_ms = fwd_measured, bwd_measured
         metadata["threads"] = torch.get_num_threads()

@@ -225,3 +225,15 @@ def test_overheads_source_is_checked_and_recorded():
     assert profile_graph(on_meta, (2, 3, 8, 8)).metadata["overheads"] == "shapes"  # nothing can run
     with pytest.raises(ProfileError, match="overheads: 'allocator' needs a model with real parameters"):
         profile_graph(on_meta, (2, 3, 8, 8), overheads="allocator")
+
+
+def test_measured_times_with_the_meta_runs_overheads():
+    """``time_source="measured", overheads="shapes"``: times from the real run, transients from the
+    meta run's tensors (the same as the flops profile's), nothing undefined between the two."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    measured = profile_graph(model, (32, 8), time_source="measured", overheads="shapes", repeats=1)
+    by_shapes = profile_graph(model, (32, 8), time_source="flops", overheads="shapes")
+    assert measured.metadata["overheads"] == "shapes" and measured.metadata["repeats"] == 1
+    assert [n.overhead for n in measured.nodes] == [n.overhead for n in by_shapes.nodes]
+    assert all(n.time_ms > 0 for n in measured.nodes if n.name != GRAD_OUTPUT_NAME)
