@@ -7,6 +7,8 @@ real solves are checked through the times they report against the promise they m
 from __future__ import annotations
 
 import itertools
+import os
+import time
 
 import pytest
 
@@ -21,6 +23,27 @@ from remat.solver.graph.ilp.highs_search import BranchAndCut
 from remat.solver.graph.ilp.lp_rounding import Rounded
 from tests.conftest import EXAMPLES
 from tests.solver.graph.test_chain_as_graph import random_chain
+
+
+def _kept_its_limit(limit: float, solve_once):
+    """Run ``solve_once()`` and check its reported elapsed time against the deadline's promise.
+
+    The margin covers work that cannot be interrupted (the last solver call, decoding, the final
+    simulator check): seconds of CPU. On a machine where other processes take the cores, that work
+    takes longer in wall time by the share of a core this process got (the solve is one thread and
+    its child processes): the margin is scaled by that share, measured over the solve (this
+    process's and its reaped children's CPU time over the wall time), so the check holds for what
+    the solver does, not for how busy the machine is."""
+    before_wall, before = time.monotonic(), os.times()
+    schedule = solve_once()
+    after = os.times()
+    wall = time.monotonic() - before_wall
+    cpu = sum(after[:4]) - sum(before[:4])
+    share = min(1.0, max(cpu / wall if wall > 0 else 1.0, 0.25))
+    elapsed = schedule.extra["elapsed_seconds"]
+    allowed = limit * (1 + MARGIN_FRACTION) + MARGIN_SECONDS / share
+    assert elapsed <= allowed, (elapsed, allowed, share)
+    return schedule
 
 
 class FakeClock:
@@ -107,10 +130,11 @@ def test_each_phase_gets_what_is_left_of_one_deadline(monkeypatch):
 @pytest.mark.parametrize("limit", [1.0, 3.0])
 def test_ilp_on_resnet50_keeps_its_limit_and_says_when_it_is_too_short(limit):
     profile = load_profile(EXAMPLES / "graph_resnet50.json")
-    schedule = solve(profile, reference_peak(profile) // 2, "ilp", time_limit=limit, workers=1)
+    schedule = _kept_its_limit(
+        limit, lambda: solve(profile, reference_peak(profile) // 2, "ilp", time_limit=limit, workers=1)
+    )
     extra = schedule.extra
     assert extra["time_limit_seconds"] == limit
-    assert Deadline(limit).within_margin(extra["elapsed_seconds"])
     phases = extra["phases_seconds"]
     # the phases run one after another, except Moccasin's search beside the build and HiGHS
     sequential = sum(v for k, v in phases.items() if k not in ("cp_sat_given", "moccasin_during_highs"))
@@ -125,8 +149,7 @@ def test_ilp_on_resnet50_keeps_its_limit_and_says_when_it_is_too_short(limit):
 def test_larger_generated_graph_within_its_limit():
     graph = chain_to_graph(random_chain(200, seed=1))  # 401 nodes
     budget = reference_peak(graph) // 2
-    schedule = solve(graph, budget, "ilp", time_limit=1.0, workers=1)
-    assert Deadline(1.0).within_margin(schedule.extra["elapsed_seconds"])
+    schedule = _kept_its_limit(1.0, lambda: solve(graph, budget, "ilp", time_limit=1.0, workers=1))
     assert "time limit ran out" in schedule.extra["note"]
     with pytest.raises(RematError, match="time ran out during building the LP relaxation"):
         solve(graph, budget, "lp-rounding", time_limit=0.5)
