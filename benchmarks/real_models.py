@@ -173,21 +173,27 @@ def block_segments(model: nn.Module, stage_names: list[str]) -> list[list[nn.Mod
     module (``root``, ``loss``) or contain other stages (vit's ``encoder``) are not checkpointed.
     A fused stage (``first+second``, remat/executor/fuse.py) is its parts, each checkpointed as a
     user would checkpoint its blocks."""
-    stage_names = [part for name in stage_names for part in name.split("+")]
-    segments = []
+    # a later call of a shared block (``albert_layers.0#2``) is that block, checkpointed once
+    parts = [re.sub(r"#\d+$", "", part) for name in stage_names for part in name.split("+")]
+    stage_names = list(dict.fromkeys(parts))
+    segments, taken = [], set()
     for name in stage_names:
-        if any(other.startswith(name + ".") for other in stage_names):
-            continue
         match = re.fullmatch(r"(.*)\.(\d+)-(\d+)", name)
+        covered = [f"{match[1]}.{i}" for i in range(int(match[2]), int(match[3]) + 1)] if match else [name]
+        if any(other.startswith(c + ".") for c in covered for other in stage_names):
+            continue  # it holds other stages (a stage's blocks are cut apart): those are checkpointed
         try:
             if match:
                 parent = model.get_submodule(match[1])
-                segments.append([parent[i] for i in range(int(match[2]), int(match[3]) + 1)])
+                segment = [parent[i] for i in range(int(match[2]), int(match[3]) + 1)]
             else:
-                segments.append([model.get_submodule(name)])
+                segment = [model.get_submodule(name)]
         except (AttributeError, IndexError, TypeError):
             continue
-    return [s for s in segments if s and s[0] is not model]
+        if segment and segment[0] is not model and not taken & {id(m) for m in segment}:
+            segments.append(segment)
+            taken.update(id(m) for m in segment)
+    return segments
 
 
 @contextlib.contextmanager

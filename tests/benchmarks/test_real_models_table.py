@@ -93,6 +93,14 @@ def test_per_block_checkpoint_runs_ranges_as_one_segment_and_restores_the_forwar
     assert all("forward" not in vars(m) for m in model.modules())
 
 
+def test_per_block_segments_skip_ranges_that_hold_stages_and_take_a_shared_block_once():
+    """timm Swin's cut names ``layers.0-1`` beside the blocks inside ``layers.0``: wrapping both would
+    patch a block's forward twice; ALBERT's shared layer is named once per call (``...0#2``)."""
+    model = nn.Sequential(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), nn.Linear(4, 4))
+    segments = real_models.block_segments(model, ["0.0", "0.1", "0-1", "0.0#2", "1#2", "loss"])
+    assert [[id(m) for m in s] for s in segments] == [[id(model[0][0])], [id(model[0][1])], [id(model[1])]]
+
+
 def test_the_table_replaces_only_what_is_between_the_markers(tmp_path):
     doc = tmp_path / "models.md"
     doc.write_text(f"before\n{real_models.BEGIN}\nold\n{real_models.END}\nafter\n")
