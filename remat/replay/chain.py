@@ -17,7 +17,8 @@ tensors exactly as in the simulator (docs/model.md):
   checkpoint policy the profile's option k names (:mod:`remat.runtime.policies`), so
   ``out``'s graph keeps only what the policy saves and ``B i`` recomputes the rest (buffers such
   as BatchNorm's running statistics are restored after it, so they are updated once);
-* ``g[i]``: ``leaf.grad`` after ``B i`` ran the stage's backward from ``out`` with ``g[i+1]``;
+* ``g[i]``: ``leaf.grad`` after ``B i`` ran the stage's backward from ``out`` with ``g[i+1]``, laid
+  out as autograd produced it (NOTE [Gradient layout at a cut], remat.runtime.core);
   parameter gradients go where the caller's backward wants them (``.grad`` for
   ``loss.backward()``/``backward(inputs=...)``, returned for ``torch.autograd.grad``).
 
@@ -47,6 +48,7 @@ from torch import nn
 from remat.replay.matching import solved_ops
 from remat.runtime.core import (
     BufferSnapshots,
+    GradLayout,
     GradSink,
     Recomputer,
     ReplayFunction,
@@ -167,14 +169,14 @@ class _Step:
         leaf, out = self.abar.pop(i + 1)
         option = self.recorded.pop(i + 1, 0)
         g_out = self.g.pop(i + 1)
+        layout = GradLayout(leaf)  # NOTE [Gradient layout at a cut]
         if out.requires_grad and g_out is not None:
             if option:  # the backward reruns part of the forward: keep buffers as they are
                 with restored_buffers(self.owner.chain.stages[i]):
                     self._stage_backward(i, leaf, out, g_out)
             else:
                 self._stage_backward(i, leaf, out, g_out)
-        self.g[i] = leaf.grad if leaf.requires_grad else None
-        leaf.grad = None
+        self.g[i] = layout.take(leaf) if leaf.requires_grad else None
         del leaf, out, g_out
         if i != 0:
             self.a.pop(i, None)

@@ -349,6 +349,38 @@ def grad_input(leaf: torch.Tensor) -> torch.Tensor:
         return leaf.view_as(leaf)
 
 
+# NOTE [Gradient layout at a cut]: a stage's input is a detached leaf, so its gradient g_i reaches
+# the replay through AccumulateGrad, which lays a gradient out like its leaf (the layout contract):
+# a channels-last boundary (timm ConvNeXt's block outputs, permuted back from NHWC) gets a
+# channels-last g_i where plain autograd hands the producing op the contiguous gradient its
+# consumer made. Same values, other strides, and the previous stage's backward then reduces in
+# another order: ConvNeXt's layer-scale gradients differed from plain PyTorch in the last bit.
+# The probe records the strides autograd produced (no reference kept, so AccumulateGrad still
+# steals the gradient where the layouts agree) and g_i is laid out that way again where they
+# differ: one copy of g_i, at a moment when AccumulateGrad's own copy and the gradient it copied
+# were both alive, which the measured backward of the profile covers.
+class GradLayout:
+    """Records the strides of the gradient autograd produces for ``leaf`` (see the NOTE above)."""
+
+    def __init__(self, leaf: torch.Tensor) -> None:
+        self.stride: tuple[int, ...] | None = None
+        self._handle = leaf.register_hook(self._record) if leaf.requires_grad else None
+
+    def _record(self, grad: torch.Tensor) -> None:
+        self.stride = grad.stride()
+
+    def take(self, leaf: torch.Tensor) -> torch.Tensor | None:
+        """``leaf.grad`` (then cleared), laid out as autograd produced it."""
+        if self._handle is not None:
+            self._handle.remove()
+        grad, leaf.grad = leaf.grad, None
+        if grad is None or self.stride is None or grad.stride() == self.stride:
+            return grad
+        laid = torch.empty_strided(grad.shape, self.stride, dtype=grad.dtype, device=grad.device)
+        laid.copy_(grad)
+        return laid
+
+
 def trainable_params(modules: Iterable[torch.nn.Module]) -> list[torch.nn.Parameter]:
     """Distinct parameters that require grad, in first-seen order (tied weights once)."""
     found: dict[int, torch.nn.Parameter] = {}
@@ -360,6 +392,7 @@ def trainable_params(modules: Iterable[torch.nn.Module]) -> list[torch.nn.Parame
 
 
 __all__ = [
+    "GradLayout",
     "grad_leaf",
     "AutocastState",
     "BufferSnapshots",
