@@ -55,5 +55,6 @@ def test_channels_last_boundaries_train_bit_for_bit(ops: str) -> None:
     wrapped = RematChain(list(stages), schedule)
     plain = _grads(stages, lambda: stages(x))
     replayed = _grads(stages, lambda: wrapped(x))
-    unequal = [n for (n, _), a, b in zip(stages.named_parameters(), plain, replayed, strict=True) if not torch.equal(a, b)]
+    names = [name for name, _ in stages.named_parameters()]
+    unequal = [n for n, a, b in zip(names, plain, replayed, strict=True) if not torch.equal(a, b)]
     assert unequal == []
