@@ -276,12 +276,10 @@ def repeated_blocks(nodes: Iterable[fx.Node]) -> frozenset[str]:
                     called_again.add(path)
     siblings: dict[tuple[str, object], int] = {}
     for path, cls in classes.items():
-        parent = path.rsplit(".", 1)[0] if "." in path else ""
-        siblings[parent, cls] = siblings.get((parent, cls), 0) + 1
+        key = (path.rpartition(".")[0], cls)
+        siblings[key] = siblings.get(key, 0) + 1
     return frozenset(
-        path
-        for path, cls in classes.items()
-        if path in called_again or siblings[(path.rsplit(".", 1)[0] if "." in path else ""), cls] > 1
+        path for path, cls in classes.items() if path in called_again or siblings[path.rpartition(".")[0], cls] > 1
     )
 
 
