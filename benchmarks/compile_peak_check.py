@@ -4,7 +4,8 @@ Small models only: a conv+BatchNorm net, torchvision's ResNet-18 (10 classes, 2x
 2-layer Hugging Face Llama (hidden 64). For each, budgets at the least step peak and at the
 mid-point between it and the store-all peak; the step is metered after a first step that compiled
 and allocated the gradients (``prepare_grads``), as the tests do. Prints one line per point:
-model, budget, predicted, measured (bytes) and measured / predicted - 1.
+model, budget, predicted, measured (bytes) and measured / predicted - 1; writes the points with the
+machine to benchmarks/results/compile_peak_check.json.
 
     PYTHONPATH=. python benchmarks/compile_peak_check.py [conv llama resnet18] [--times estimate]
 """
@@ -12,7 +13,10 @@ model, budget, predicted, measured (bytes) and measured / predicted - 1.
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
+import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
 import torch
 from torch import nn
 
@@ -56,6 +60,7 @@ def llama() -> tuple[nn.Module, tuple, dict]:
 
 
 MODELS = {"conv": conv_bn, "resnet18": resnet18, "llama": llama}
+RESULTS = Path(__file__).resolve().parent / "results" / "compile_peak_check.json"
 
 
 def step(compiled: nn.Module, args: tuple, kwargs: dict) -> None:
@@ -81,6 +86,7 @@ def main() -> None:
     parser.add_argument("models", nargs="*", default=list(MODELS))
     parser.add_argument("--times", default="estimate")
     options = parser.parse_args()
+    points = []
     for name in options.models:
         _, _, (least, top) = measure(name, 1.0, options.times)
         print(f"{name}: least {least} store-all {top}", flush=True)
@@ -93,6 +99,12 @@ def main() -> None:
                 f"{peak / predicted - 1:+.1%} simulated {simulated:>10} regions {len(compiled.regions)}",
                 flush=True,
             )
+            points.append({"model": name, "point": label, "budget": budget, "predicted": predicted,
+                           "simulated": simulated, "measured": peak})  # fmt: skip
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({"machine": machine_info.machine(), "times": options.times, "points": points},
+                                  indent=2) + "\n")  # fmt: skip
+    print(f"wrote {RESULTS}")
 
 
 if __name__ == "__main__":
