@@ -196,6 +196,10 @@ class RematCompiled(nn.Module):
                 break
             self._build()
         best = self._best(tried)
+        refusal = self._over_budget(best)
+        if refusal is not None:  # the budget is a ceiling: no step runs above it
+            self._build()
+            return None, refusal, best
         if best is not tried[-1]:  # an earlier choice measured better: compile it again
             session.assigned = {key: p.chosen.saved for key, p in zip(best.keys, best.plans, strict=True)}
             self._build()
@@ -203,6 +207,19 @@ class RematCompiled(nn.Module):
         if session.call_plans:
             best = replace(best, plans=tuple(session.call_plans))
         return out, error, best
+
+    def _over_budget(self, best: _Call) -> RematError | None:
+        """A one-line refusal when even the best measured choice peaked above the budget (a budget
+        that admits store-all keeps store-all, as :meth:`_remeasure` does)."""
+        budget = _budget_bytes(self._session, best.fronts)
+        top = step_peak([f.store_all for f in best.fronts])
+        if best.measured is None or best.measured <= budget or budget >= top:
+            return None
+        return RematError(
+            f"remat.compile: budget {budget} bytes cannot be met: the compiled step measured {best.measured} "
+            f"bytes at its least (inductor's kernels hold more than the joint graph shows); "
+            f"give a budget of at least {best.measured} bytes"
+        )
 
     def _best(self, tried: list[_Call]) -> _Call:
         """Of the measured choices, the fastest within the budget, else the one that peaked least."""
