@@ -52,9 +52,9 @@ import torch
 import torch._dynamo.utils
 from real_models import hf_checkpointing  # benchmarks/real_models.py: the same HF baseline
 
-from remat.api import RematModel
 from remat.models.hub import build_library_model
 from remat.profile.chain import profile_chain
+from remat.replay.chain import RematChain
 from remat.replay.report import prepare_grads, step_allocator_peak
 from remat.runtime.compiled import compile_chain
 from remat.schedules import ChainProfile, InfeasibleBudgetError, format_size, simulate
@@ -216,11 +216,11 @@ def remat_method(
         schedule = solve(profile, budget, "optimal")
     except InfeasibleBudgetError as error:
         return row | {"infeasible": str(error)}
-    wrapped = RematModel(chain, schedule, profile, ((), kw, None))
+    replay = RematChain(chain, schedule, profile)
     predicted = simulate(profile, schedule.ops, timeline=False)
     row |= {"options_used": options_used(schedule), "predicted_peak": predicted.peak_memory,
             "predicted_ms": predicted.compute_ms, "schedule": str(schedule.ops)}  # fmt: skip
-    return Method(row, model, lambda: wrapped(**kw))
+    return Method(row, model, lambda: replay(chain.bind(**kw)))
 
 
 def with_errors(rows: list[dict]) -> list[dict]:

@@ -55,6 +55,7 @@ from remat.runtime.core import (
     accelerator_devices,
     grad_input,
     release_output_grad,
+    shared_params,
     trainable_params,
 )
 from remat.runtime.policies import require_policy, restored_buffers, selective_forward
@@ -118,6 +119,7 @@ class _Step:
         self.recorded: dict[int, int] = {}  # abar[i+1] -> the option it was recorded with
         self.g: dict[int, torch.Tensor | None] = {}
         self.params = trainable_params(owner.chain.stages)
+        self.shared = shared_params(owner.chain.stages)
         self.output_ref: weakref.ref | None = None
         self.sink: GradSink | None = None
         devices = accelerator_devices([x, *self.params])
@@ -184,8 +186,12 @@ class _Step:
 
     def _stage_backward(self, i: int, leaf: torch.Tensor, out: torch.Tensor, g_out: torch.Tensor) -> None:
         sink = self.sink
-        if sink is None or sink.everything:  # loss.backward(): accumulate wherever autograd reaches
+        if sink is None:
             torch.autograd.backward(out, g_out)
+            return
+        if sink.everything:  # loss.backward(): accumulate wherever autograd reaches
+            with sink.collecting(list(self.owner.chain.stages[i].parameters())):
+                torch.autograd.backward(out, g_out)
             return
         params = sink.targets(self.owner.chain.stages[i].parameters())
         targets = ([leaf] if leaf.requires_grad else []) + params

@@ -255,6 +255,12 @@ def _engine_wants(param: torch.Tensor) -> str:
         return "return"
 
 
+def _holds_gradient(param: torch.Tensor) -> bool:
+    """Whether ``param.grad`` holds a gradient to add to (not None, not all zeros)."""
+    grad = param.grad
+    return grad is not None and bool(grad.any())
+
+
 class GradSink:
     """How one backward of a replay delivers parameter gradients (see the module docstring).
 
@@ -262,7 +268,9 @@ class GradSink:
     ``ctx.needs_input_grad`` for them.
     """
 
-    def __init__(self, params: Sequence[torch.Tensor], needed: Sequence[bool]) -> None:
+    def __init__(
+        self, params: Sequence[torch.Tensor], needed: Sequence[bool], shared: frozenset[int] = frozenset()
+    ) -> None:
         self.params = list(params)
         self._mode = {
             id(p): (_engine_wants(p) if need else "skip") for p, need in zip(self.params, needed, strict=True)
@@ -271,6 +279,18 @@ class GradSink:
         # then needs no ``inputs=`` (parameters reached through other modules' hooks, e.g. FSDP's
         # unsharded ones, accumulate as autograd finds them).
         self.everything = all(m == "accumulate" for m in self._mode.values())
+        # NOTE [Shared parameters under gradient accumulation]: a parameter read by several pieces
+        # (tied embeddings, ALBERT's shared layer) gets one gradient per piece. Plain autograd sums
+        # them in its input buffer and adds the sum to ``.grad`` once: ``grad + (a + b)``. Adding
+        # each piece's into ``.grad`` gives ``(grad + a) + b``, a few ulps off once ``.grad`` holds
+        # a gradient (the second micro-batch of an accumulation). So such a parameter's pieces are
+        # summed here and returned, and the engine adds the sum once, as in the plain step; the
+        # sum is a gradient of the parameter's size held through the backward, as autograd's
+        # buffer is. With ``.grad`` None or zero (after ``zero_grad()``) both orders agree, and
+        # nothing is held (reading "zero" costs one pass over that gradient, a sync on CUDA).
+        for p in self.params:
+            if id(p) in shared and self._mode[id(p)] == "accumulate" and _holds_gradient(p):
+                self._mode[id(p)] = "return"
         self._returned: dict[int, torch.Tensor] = {}
 
     def targets(self, params: Iterable[torch.Tensor]) -> list[torch.Tensor]:
@@ -322,7 +342,7 @@ class ReplayFunction(torch.autograd.Function):
         if step is None:
             raise RematError("executor: backward through a remat step twice is not supported (no retain_graph)")
         needed = ctx.needs_input_grad[3:]
-        sink = GradSink(step.params, needed[ctx.count :])
+        sink = GradSink(step.params, needed[ctx.count :], getattr(step, "shared", frozenset()))
         input_grads = step.backward_phase(grad_output, sink)
         input_grads = tuple(g if need else None for g, need in zip(input_grads, needed[: ctx.count], strict=True))
         return (None, None, None, *input_grads, *sink.returned())
@@ -381,6 +401,17 @@ class GradLayout:
         return laid
 
 
+def shared_params(modules: Iterable[torch.nn.Module]) -> frozenset[int]:
+    """The ids of trainable parameters that more than one of ``modules`` reads (tied weights;
+    NOTE [Shared parameters under gradient accumulation])."""
+    seen: set[int] = set()
+    shared: set[int] = set()
+    for module in modules:
+        for p in {id(p) for p in module.parameters() if p.requires_grad}:
+            (shared if p in seen else seen).add(p)
+    return frozenset(shared)
+
+
 def trainable_params(modules: Iterable[torch.nn.Module]) -> list[torch.nn.Parameter]:
     """Distinct parameters that require grad, in first-seen order (tied weights once)."""
     found: dict[int, torch.nn.Parameter] = {}
@@ -397,6 +428,7 @@ __all__ = [
     "AutocastState",
     "BufferSnapshots",
     "GradSink",
+    "shared_params",
     "Recomputer",
     "ReplayFunction",
     "RngState",

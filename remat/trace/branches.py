@@ -31,6 +31,11 @@ PINNED = {"_ignore_causal_mask_sdpa": "bool", "_ignore_bidirectional_mask_sdpa":
           "find_packed_sequence_indices": "none"}  # fmt: skip
 
 
+class OtherBranchError(RematError):
+    """A call takes another branch of the model's code than the example its cut was traced on
+    (:func:`same_branch`); ``remat.checkpoint``'s model then cuts that call's branch too."""
+
+
 def _verdict(name: str, result: Any) -> bool:
     return result is None if PINNED[name] == "none" else bool(result)
 
@@ -51,7 +56,7 @@ def same_branch(
     args = [None if i in none_at else v for i, v in enumerate(static)]
     got = _verdict(function, original(tensor, *args))
     if got != verdict:
-        raise RematError(
+        raise OtherBranchError(
             f"inputs: this call takes another branch of the model's code than the example it was cut and "
             f"proven on (transformers' {function} decides {got} here, {verdict} for the example: padded tokens "
             "where the example had none, or none where it had some); cut it on an example like this call"
@@ -130,4 +135,15 @@ def pinned(model: nn.Module, run: Callable[[], Any]) -> Iterator[None]:
             setattr(module, name, original)
 
 
-__all__ = ["PINNED", "pinned", "same_branch"]
+def pinned_verdicts(gm: torch.fx.GraphModule) -> tuple[tuple[str, bool], ...]:
+    """The branch a traced graph is pinned to: each :func:`same_branch` guard's (function, verdict),
+    in graph order (empty for a model without pinned branches). The static arguments (sizes) are
+    left out, so that calls of other lengths taking the same branch compare equal."""
+    found = []
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and "same_branch" in str(node.target):
+            found.append((str(node.args[1]), bool(node.args[4])))
+    return tuple(found)
+
+
+__all__ = ["PINNED", "OtherBranchError", "pinned", "pinned_verdicts", "same_branch"]

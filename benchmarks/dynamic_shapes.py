@@ -1,0 +1,206 @@
+"""One wrapped model through a training loop whose shapes change every batch (issue 23).
+
+Hugging Face GPT-2, Llama and BERT (from configs, random weights, CPU, one thread) train on
+batches padded to their own longest sequence, lengths drawn from ``--lengths`` (padded and
+unpadded batches: both mask branches), labels -100 on padding; torchvision ResNet-50 trains on
+batches of two image sizes and a ragged last batch. One ``remat.checkpoint`` per model, its budget
+a fraction of the example's store-all peak (the example is the longest batch, so the budget in
+bytes is the same for every step).
+
+Every step is metered (:class:`remat.measure.allocator.AllocatorMeter`, parameter gradients
+pre-allocated outside it, the chain input a_0 added as the chain model counts it) and its peak
+put next to its plan's prediction and the budget. Per model: distinct shapes seen, re-traces,
+profiles predicted by growth models, time to the first step of a new shape (median and worst:
+trace, proof, profile or prediction, solve, and the step), the steady-state step time of remat
+and of plain PyTorch on the same batch (interleaved, every ``--plain-every``-th step), and the
+worst allocator peak against its prediction and the budget. Writes
+benchmarks/results/dynamic_shapes.json with the machine.
+
+    PYTHONPATH=. python benchmarks/dynamic_shapes.py [--models gpt2 llama bert resnet50]
+        [--steps 60] [--layers 8] [--hidden 64] [--lengths 16,256] [--budget 0.5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import machine_info  # benchmarks/machine_info.py: run as a script from the repo root
+import torch
+
+import remat
+from remat.measure.allocator import AllocatorMeter
+from remat.models.hub import build_library_model
+from remat.replay.report import prepare_grads
+
+VOCAB = 1024
+CONFIGS = {
+    "gpt2": ("transformers:gpt2", lambda n, h: {"n_layer": n, "n_embd": h, "n_head": 4, "n_positions": 1024}),
+    "llama": ("transformers:llama", lambda n, h: {
+        "num_hidden_layers": n, "hidden_size": h, "intermediate_size": 2 * h, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "max_position_embeddings": 1024}),
+    "bert": ("transformers:bert", lambda n, h: {
+        "num_hidden_layers": n, "hidden_size": h, "intermediate_size": 2 * h, "num_attention_heads": 4,
+        "max_position_embeddings": 1024}),
+}  # fmt: skip
+
+
+def padded_batch(lengths: list[int], rng: random.Random) -> dict[str, torch.Tensor]:
+    """Right-padded to the longest (DataCollatorWithPadding), labels -100 on padding."""
+    longest = max(lengths)
+    ids = torch.zeros(len(lengths), longest, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, length in enumerate(lengths):
+        ids[row, :length] = torch.tensor([rng.randrange(1, VOCAB) for _ in range(length)])
+        mask[row, :length] = 1
+    return {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
+
+
+def text_batches(steps: int, batch: int, low: int, high: int, seed: int) -> list[dict[str, torch.Tensor]]:
+    """``steps`` batches: every third unpadded (all rows one length), the others ragged."""
+    rng = random.Random(seed)
+    out = []
+    for k in range(steps):
+        if k % 3 == 2:
+            out.append(padded_batch([rng.randint(low, high)] * batch, rng))
+        else:
+            out.append(padded_batch([rng.randint(low, high) for _ in range(batch)], rng))
+    return out
+
+
+def image_batches(steps: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Batches of 8 at 64 and 96 pixels, and a ragged last batch of 3 of each."""
+    generator = torch.Generator().manual_seed(seed)
+    sizes = [64 if k % 2 == 0 else 96 for k in range(steps - 2)]
+    shapes = [(8, s) for s in sizes] + [(3, 64), (3, 96)]
+    return [(torch.randn(b, 3, s, s, generator=generator), torch.randint(0, 10, (b,), generator=generator))
+            for b, s in shapes]  # fmt: skip
+
+
+def metered(run: Any, model: torch.nn.Module) -> tuple[int, float]:
+    """(allocator peak in bytes, wall ms) of ``run().backward()``, gradients pre-allocated outside."""
+    prepare_grads(model)
+    start = time.perf_counter()
+    with AllocatorMeter(torch.device("cpu")) as meter:
+        run().backward()
+    return meter.peak_bytes, (time.perf_counter() - start) * 1000.0
+
+
+def timed(run: Any) -> float:
+    start = time.perf_counter()
+    run().backward()
+    return (time.perf_counter() - start) * 1000.0
+
+
+def one_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    torch.manual_seed(0)
+    if name == "resnet50":
+        model = build_library_model("torchvision:resnet50", {"num_classes": 10}).train()
+        batches = image_batches(args.steps, args.seed)
+        loss = torch.nn.functional.cross_entropy
+        example = max(batches, key=lambda b: b[0].numel())
+        start = time.perf_counter()
+        wrapped = remat.checkpoint(model, example[0], budget=args.budget, loss=loss, target=example[1])
+        calls = [((x,), {}, y) for x, y in batches]
+
+        def plain(call: tuple) -> torch.Tensor:
+            return loss(model(*call[0]), call[2])
+    else:
+        spec, config = CONFIGS[name]
+        model = build_library_model(spec, {**config(args.layers, args.hidden), "vocab_size": VOCAB}).train()
+        batches = text_batches(args.steps, args.batch, args.lengths[0], args.lengths[1], args.seed)
+        example = max(batches, key=lambda b: b["input_ids"].shape[1])
+        start = time.perf_counter()
+        wrapped = remat.checkpoint(model, example, budget=args.budget)
+        calls = [((), b, None) for b in batches]
+
+        def plain(call: tuple) -> torch.Tensor:
+            return model(**call[1]).loss
+
+    first_seconds = time.perf_counter() - start
+    rows, plain_ms = [], []
+    for k, (call_args, call_kwargs, target) in enumerate(calls):
+        before = wrapped.retraces
+        start = time.perf_counter()
+        plan = wrapped.plan_for(*call_args, target=target, **call_kwargs)
+        new = wrapped.retraces > before
+        peak, ms = metered(lambda a=call_args, kw=call_kwargs, t=target: wrapped(*a, target=t, **kw), model)
+        total = time.perf_counter() - start
+        measured = peak + plan.cut.profile.input_size
+        rows.append({
+            "step": k, "shapes": plan.cut.signature.text(), "new": new, "source": plan.cut.source,
+            "first_step_s": total if new else None, "ms": ms, "measured": measured,
+            "predicted": plan.predicted_peak, "least": plan.least,
+        })  # fmt: skip
+        if k % args.plain_every == 0:
+            remat_ms = timed(lambda a=call_args, kw=call_kwargs, t=target: wrapped(*a, target=t, **kw))
+            plain_ms.append((timed(lambda c=(call_args, call_kwargs, target): plain((c[0], c[1], c[2]))), remat_ms))
+    new_rows = [r for r in rows if r["new"]]
+    steady = [r["ms"] for r in rows if not r["new"]]
+    worst = max(rows, key=lambda r: r["measured"] / r["predicted"])
+    return {
+        "model": name,
+        "budget": wrapped.budget,
+        "first_cut_s": first_seconds,
+        "steps": len(rows),
+        "shapes": len({(r["shapes"]) for r in rows}),
+        "retraces": wrapped.retraces,
+        "predicted_profiles": sum(1 for p in wrapped.plans if not p.cut.measured),
+        "new_shape_s_median": statistics.median([r["first_step_s"] for r in new_rows]) if new_rows else None,
+        "new_shape_s_worst": max([r["first_step_s"] for r in new_rows], default=None),
+        "steady_ms_median": statistics.median(steady) if steady else None,
+        "plain_vs_remat_ms": plain_ms,
+        "remat_over_plain": statistics.median([r / p for p, r in plain_ms]) if plain_ms else None,
+        "worst_measured_over_predicted": worst["measured"] / worst["predicted"] - 1.0,
+        "worst_step": worst,
+        "over_budget_steps": sum(1 for r in rows if r["measured"] > wrapped.budget),
+        "least_steps": sum(1 for r in rows if r["least"]),
+        "rows": rows,
+    }
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    head = ("model", "steps", "shapes", "retraces", "predicted", "new shape s (median/worst)", "steady ms",
+            "remat/plain", "worst meas/pred", "steps > budget")  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        lines.append(
+            f"| {r['model']} | {r['steps']} | {r['shapes']} | {r['retraces']} | {r['predicted_profiles']} | "
+            f"{r['new_shape_s_median']:.2f} / {r['new_shape_s_worst']:.2f} | {r['steady_ms_median']:.1f} | "
+            f"x{r['remat_over_plain']:.2f} | {100 * r['worst_measured_over_predicted']:+.2f}% | "
+            f"{r['over_budget_steps']} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["gpt2", "llama", "bert", "resnet50"])
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--lengths", type=lambda s: tuple(int(v) for v in s.split(",")), default=(16, 256))
+    parser.add_argument("--budget", type=float, default=0.5)
+    parser.add_argument("--plain-every", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="benchmarks/results/dynamic_shapes.json")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    results = []
+    for name in args.models:
+        result = one_model(name, args)
+        results.append(result)
+        print(table([result]).splitlines()[-1], flush=True)
+    print(table(results))
+    Path(args.out).write_text(json.dumps({"machine": machine_info.machine(), "args": vars(args), "results": results},
+                                         indent=1, default=str))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

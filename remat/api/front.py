@@ -1,0 +1,126 @@
+"""One call for the common case: ``remat.checkpoint(model, example_inputs, budget=...)`` (docs/models.md).
+
+It cuts the model's training step into a chain from its traced forward and proves the cut equal
+to the model (:func:`remat.trace.proof.cut_model`), profiles the chain
+(:func:`remat.profile.chain.profile_chain`), solves a schedule under the budget (the optimal
+chain DP by default), and returns an ``nn.Module`` that trains by replaying it: a
+:class:`~remat.api.model.RematModel`, which does the same for each new input shape
+(:mod:`remat.api.shapes`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from remat.api.inputs import (
+    check_count,
+    check_inputs,
+    check_strategy,
+    named_tensors,
+    resolve_budget,
+    scalar_loss,
+    split_inputs,
+)
+from remat.api.model import OVER_BUDGET, RematModel
+from remat.api.shapes import ShapeCuts
+from remat.model_errors import where_in_model
+from remat.schedules import RematError
+from remat.solver.chain.store_all import store_all_peak
+from remat.trace.proof import cut_model
+
+
+def _cut(model: nn.Module, args: tuple, kwargs: dict, loss: Any, target: Any, what: str) -> Any:
+    """:func:`cut_model`, with an exception raised inside the user's model (or loss) as one line
+    naming the stage, the module and the user's source line (:mod:`remat.model_errors`)."""
+    try:
+        return cut_model(model, args, kwargs, loss=loss, target=target)
+    except RematError:
+        raise
+    except Exception as error:  # noqa: BLE001 - only errors from running the user's code are turned into lines
+        where = where_in_model(error)
+        if where is None:
+            raise
+        where = where.replace("in TrainingStep", "in the loss")  # remat's wrapper of model + loss
+        lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+        shapes = ", ".join(f"{tuple(t.shape)} {t.dtype}" for _, t in named_tensors(args, kwargs))
+        raise RematError(
+            f"model: running it on {what} ({shapes}) failed ({where}): "
+            f"{type(error).__name__}: {lines[0] if lines else '(no message)'}"
+        ) from None
+
+
+def checkpoint(
+    model: nn.Module,
+    example_inputs: Any,
+    budget: int | float | str = 1.0,
+    *,
+    loss: Callable[..., torch.Tensor] | None = None,
+    target: Any = None,
+    strategy: str = "optimal",
+    repeats: int = 3,
+    warmup: int = 1,
+    compile: bool = False,  # noqa: A002 - the option's name in the docs
+    over_budget: str = "refuse",
+) -> RematModel:
+    """Cut, prove, profile and solve ``model``; return the :class:`RematModel` that trains under ``budget``.
+
+    Args:
+        model: any ``nn.Module`` (Hugging Face, torchvision, timm or your own), in train mode.
+        example_inputs: a tensor, a tuple of positional inputs, or a dict of keyword inputs
+            (``{"input_ids": ids, "labels": ids}``); integer token ids are fine. The budget's
+            fraction or percentage is of this example's store-all peak. Calls with other shapes
+            (or another mask branch) are cut, proven and solved the first time they come
+            (:mod:`remat.api.shapes`).
+        budget: bytes (int), a size (``"6GiB"``), a percentage of the store-all peak (``"40%"``) or a
+            fraction of it (float in (0, 1]). Activation memory of the step, parameters excluded.
+        loss: optional ``loss(output)`` or ``loss(output, target)``; without it the step
+            differentiates the model's own ``loss`` (Hugging Face with ``labels``) or its output.
+        target: the example's target when ``loss`` takes one (then pass ``target=`` on each call).
+        strategy: a chain strategy of ``remat solve`` (``optimal``, ``revolve``, ``chen-sqrt``, ...).
+        compile: run every stage through ``torch.compile`` (inductor), checked against the eager
+            stage within a tolerance, for profiling and replay alike
+            (:func:`remat.runtime.compiled.compile_chain`; docs/executor.md, "Compiled stages").
+        over_budget: what a call does whose shape needs more memory than the budget: ``"refuse"``
+            (a one-line :class:`RematError` naming the shape and the least it needs, before its
+            step runs) or ``"least"`` (run its least-memory schedule, with a warning each time).
+    """
+    if not isinstance(model, nn.Module):
+        raise RematError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+    if not model.training:
+        raise RematError("model: in eval mode; call model.train() first (remat profiles and replays the training step)")
+    if loss is not None and not callable(loss):
+        raise RematError(f"loss: expected a callable loss(output) or loss(output, target), got {type(loss).__name__}")
+    if target is not None and loss is None:
+        raise RematError("target: given without loss= (the target is loss(output, target)'s second argument)")
+    if not isinstance(compile, bool):
+        raise RematError(f"compile: expected True or False, got {compile!r}")
+    check_count("repeats", repeats, 1)
+    check_count("warmup", warmup, 0)
+    check_strategy(strategy)
+    resolve_budget(budget, 1)  # its form only (a size, a fraction): the bytes need the profile
+    if over_budget not in OVER_BUDGET:
+        raise RematError(f"over_budget: expected one of {', '.join(map(repr, OVER_BUDGET))}, got {over_budget!r}")
+    args, kwargs = split_inputs(example_inputs)
+    check_inputs(model, args, kwargs)
+    checked_loss = None if loss is None else scalar_loss(loss)
+    calls = ["the example inputs"]  # then "a batch's inputs": the cuts made after the example's
+
+    def make_chain(call_args: tuple, call_kwargs: dict, call_target: Any) -> Any:
+        check_inputs(model, call_args, call_kwargs)
+        chain = _cut(model, call_args, call_kwargs, checked_loss, call_target, calls[0])
+        calls[0] = "a batch's inputs"
+        return chain
+
+    cuts = ShapeCuts(make_chain, repeats, warmup, compile, name=type(model).__name__.lower())
+    first, x = cuts.cut_for(args, kwargs, target)
+    bytes_ = resolve_budget(budget, store_all_peak(first.profile))
+    return RematModel(
+        cuts, first, bytes_, strategy, (args, kwargs, target), loss_given=loss is not None, over_budget=over_budget
+    )
+
+
+__all__ = ["checkpoint"]

@@ -1,0 +1,172 @@
+"""The wrapped model ``remat.checkpoint`` returns: it trains by replaying, for each call, the
+schedule of that call's shape under one budget (docs/models.md, "Batches of other shapes")."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from remat.api.inputs import check_count, check_strategy, resolve_budget
+from remat.api.shapes import ShapeCut, ShapeCuts
+from remat.replay.chain import RematChain
+from remat.replay.report import compare
+from remat.schedules import ChainProfile, InfeasibleBudgetError, RematError, Schedule, format_size
+from remat.solver.chain.optimal import minimum_budget
+from remat.solver.chain.store_all import store_all_peak
+from remat.solver.registry import solve
+
+OVER_BUDGET = ("refuse", "least")
+logger = logging.getLogger("remat")
+
+
+@dataclass(frozen=True, eq=False)
+class ShapePlan:
+    """How one cut trains under the model's budget: its schedule and the replay of it.
+
+    ``least`` says the shape needed more than the budget and runs under the least-memory
+    schedule instead (``over_budget="least"``)."""
+
+    cut: ShapeCut
+    schedule: Schedule
+    replay: RematChain
+    least: bool = False
+
+    @property
+    def predicted_peak(self) -> int:
+        """Bytes: the simulator's peak of the schedule on the cut's profile."""
+        return self.schedule.predicted.peak_memory
+
+
+def _least_schedule(profile: ChainProfile) -> Schedule:
+    return solve(profile, minimum_budget(profile), "optimal")
+
+
+class RematModel(nn.Module):
+    """A model that trains by replaying a schedule: call it like the model (same positional and
+    keyword inputs, plus ``target=`` when a ``loss`` taking one was given); it returns the training
+    step's output (the loss, or the model's one output tensor), to call ``.backward()`` on.
+
+    Calls of another shape (a ragged last batch, another sequence length, a padded or unpadded
+    batch) are cut, proven and solved under the same budget in bytes the first time they come
+    (:mod:`remat.api.shapes`), then cached. ``.schedule`` and ``.profile`` are the example's;
+    ``.plan_for(...)`` and ``.plans`` give every shape's. ``.report()`` measures steps on the
+    example input and puts them next to the prediction.
+    """
+
+    def __init__(
+        self,
+        cuts: ShapeCuts,
+        first: ShapeCut,
+        budget: int,
+        strategy: str,
+        example: tuple,
+        loss_given: bool = False,
+        over_budget: str = "refuse",
+    ) -> None:
+        super().__init__()
+        if over_budget not in OVER_BUDGET:
+            raise RematError(f"over_budget: expected one of {', '.join(map(repr, OVER_BUDGET))}, got {over_budget!r}")
+        self.chain = first.chain
+        self.budget = budget
+        self.strategy = strategy
+        self.over_budget = over_budget
+        self._cuts = cuts
+        self._first = first
+        self._plans: dict[int, ShapePlan] = {}
+        self._example = example
+        self._loss_given = loss_given
+        example_plan = self._plan(first, example=True)
+        self.replay = example_plan.replay
+        self.schedule = example_plan.schedule
+        self.profile = first.profile
+
+    @property
+    def plans(self) -> list[ShapePlan]:
+        """Every shape's plan made so far, in the order the shapes came (the example's first)."""
+        return [self._plans[id(cut)] for cut in self._cuts.all() if id(cut) in self._plans]
+
+    @property
+    def retraces(self) -> int:
+        """How many cuts were traced and proven after the example's (new shapes and branches)."""
+        return self._cuts.retraces
+
+    def plan_for(self, *args: Any, target: Any = None, **kwargs: Any) -> ShapePlan:
+        """The plan a call with these inputs runs (cut, proven and solved now if its shape is new);
+        refuses, in one line, a shape whose least memory is above the budget."""
+        return self._plan(self._cuts.cut_for(args, kwargs, target)[0])
+
+    def forward(self, *args: Any, target: Any = None, **kwargs: Any) -> torch.Tensor:
+        cut, x = self._cuts.cut_for(args, kwargs, target)
+        plan = self._plan(cut)
+        if plan.least:
+            logger.warning(
+                "remat: a batch of shapes %s needs %s, above the budget %s; it runs under the least-memory schedule"
+                " (over_budget='least')",
+                cut.signature.text(),
+                format_size(plan.predicted_peak),
+                format_size(self.budget),
+            )
+        return plan.replay(x)
+
+    def _plan(self, cut: ShapeCut, example: bool = False) -> ShapePlan:
+        plan = self._plans.get(id(cut))
+        if plan is not None:
+            return plan
+        least = False
+        try:
+            schedule = solve(cut.profile, self.budget, self.strategy)
+        except InfeasibleBudgetError as error:
+            if example or self.over_budget == "refuse":
+                raise self._refusal(cut, error, example) from None
+            schedule, least = _least_schedule(cut.profile), True
+        plan = ShapePlan(cut, schedule, RematChain(cut.chain, schedule, cut.profile), least)
+        live = {id(c) for c in self._cuts.all()} | {id(cut), id(self._first)}
+        self._plans = {k: v for k, v in self._plans.items() if k in live}  # cuts evicted from the cache
+        self._plans[id(cut)] = plan
+        return plan
+
+    def _refusal(self, cut: ShapeCut, error: InfeasibleBudgetError, example: bool) -> RematError:
+        if example:
+            return error
+        need = minimum_budget(cut.profile)
+        return RematError(
+            f"inputs: a batch of shapes {cut.signature.text()} needs at least {format_size(need)} ({need} bytes)"
+            f" under remat, above the budget {format_size(self.budget)} ({self.budget} bytes); refused before its"
+            " step ran (pass over_budget='least' to run such batches under the least-memory schedule)"
+        )
+
+    def with_budget(self, budget: int | float | str, strategy: str | None = None) -> RematModel:
+        """The same model, cuts and profiles, solved again for another ``budget`` (no re-profiling);
+        a fraction or percentage is of the example's store-all peak."""
+        bytes_ = resolve_budget(budget, store_all_peak(self.profile))
+        return RematModel(
+            self._cuts,
+            self._first,
+            bytes_,
+            check_strategy(strategy or self.strategy),
+            self._example,
+            self._loss_given,
+            self.over_budget,
+        )
+
+    def report(self, steps: int = 3, warmup: int = 1) -> Any:
+        """Predicted vs measured peak memory (bytes) and step time (ms) of the user's step on the
+        example input (:func:`remat.replay.report.compare`); print it with ``.table()``.
+
+        The step measured is the one this model trains (``Report.step``, a line of the table):
+        ``loss = self(x, target=y); loss.backward()`` with the ``loss=`` given (and its example
+        target), the model's own loss (Hugging Face ``labels``) held the same way, or, when the
+        step ends in the model's output, the documented default ``(self(x) * r).sum()``."""
+        check_count("steps", steps, 1)
+        check_count("warmup", warmup, 0)
+        args, kwargs, target = self._example
+        x = self.chain.bind(*args, target=target, **kwargs)
+        kind = "loss" if self._loss_given else None
+        return compare(self.profile, self.schedule, self.replay, x, steps=steps, warmup=warmup, kind=kind)
+
+
+__all__ = ["OVER_BUDGET", "RematModel", "ShapePlan"]

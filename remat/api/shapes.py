@@ -1,0 +1,255 @@
+"""One wrapped model for every batch a loader gives: a cut, proven equal to the model, per input
+signature and mask branch, and its profile, measured or predicted (docs/models.md, "Batches of
+other shapes").
+
+A traced cut is specialised to the shapes, dtypes and constants of the call it was traced on
+(TorchDynamo's graph bakes them in), and to the branch transformers' mask code took on it
+(:mod:`remat.trace.branches`). So a call of another :class:`Signature` is traced, cut and proven
+on that call, once; a call of a known signature that takes another branch (its ``bind`` raises
+:class:`~remat.trace.branches.OtherBranchError`) is too. Cuts are kept per signature, at most
+``limit`` signatures (the least recently used goes first, and is cut again if it comes back).
+
+NOTE [Profiles of new shapes]
+A new signature's profile is *predicted* instead of measured when it lies on a line of measured
+ones: the signatures differ only in dimensions that all hold one size ``x`` (a sequence length in
+``input_ids``, ``attention_mask`` and ``labels``; a batch size), with the same branch. Through
+three or more measured sizes of that family, :func:`remat.solver.plan.fit_growth` fits every
+field with the lowest polynomial degree that reproduces the other measured sizes exactly (times
+by least squares), as ``remat plan`` does. A prediction is used only for ``x`` inside the
+measured range: there a piecewise-linear field (a maximum of linear terms, which is convex) is
+interpolated by a chord, which lies above it, so a predicted size is never below the real one;
+outside it, and while the fit needs another size to tell a degree, the new signature is measured
+and joins its family. The trace and the proof are never skipped: each signature runs only in a
+form proven equal to the model on a call of that signature.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from remat.measure.memory import storage_bytes
+from remat.profile.chain import profile_chain
+from remat.runtime.compiled import compile_chain
+from remat.schedules import ChainProfile, RematError
+from remat.solver.plan import GrowthModel, fit_growth
+from remat.trace.branches import OtherBranchError, pinned_verdicts
+from remat.trace.stages import CutChain
+
+MIN_POINTS = 3  # fit_growth fits 2 sizes and checks 1 at the least
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What a call's flattened inputs (``(args, kwargs, target)``) look like: the key of its cut.
+
+    ``shapes`` holds each tensor leaf's shape, in leaf order; ``rest`` everything else a trace is
+    specialised to (the pytree structure, each tensor's index, dtype and device, the constants
+    and which leaves are the same tensor)."""
+
+    shapes: tuple[tuple[int, ...], ...]
+    rest: tuple
+
+    @classmethod
+    def of(cls, leaves: list[Any], spec: Any) -> Signature:
+        shapes, tensors, constants, first = [], [], [], {}
+        for i, leaf in enumerate(leaves):
+            if isinstance(leaf, torch.Tensor):
+                shapes.append(tuple(int(d) for d in leaf.shape))
+                tensors.append((i, str(leaf.dtype), leaf.device.type, first.setdefault(id(leaf), i)))
+            else:
+                constants.append((i, repr(leaf)))
+        return cls(tuple(shapes), (repr(spec), tuple(tensors), tuple(constants)))
+
+    def text(self) -> str:
+        """The tensor shapes, e.g. ``(4, 128), (4, 128)``."""
+        return ", ".join(str(s) for s in self.shapes)
+
+
+Positions = frozenset  # of (tensor leaf, dimension)
+
+
+def along(a: Signature, b: Signature) -> tuple[Positions, int, int] | None:
+    """``(positions, x_a, x_b)`` when ``a`` and ``b`` differ only in dimensions that all hold one
+    size in ``a`` (``x_a``) and one other size in ``b`` (``x_b``); None otherwise."""
+    if a.rest != b.rest or [len(s) for s in a.shapes] != [len(s) for s in b.shapes]:
+        return None
+    diff = [
+        (k, d)
+        for k, (sa, sb) in enumerate(zip(a.shapes, b.shapes, strict=True))
+        for d, (u, v) in enumerate(zip(sa, sb, strict=True))
+        if u != v
+    ]
+    xs = {a.shapes[k][d] for k, d in diff}
+    ys = {b.shapes[k][d] for k, d in diff}
+    if not diff or len(xs) != 1 or len(ys) != 1:
+        return None
+    return frozenset(diff), xs.pop(), ys.pop()
+
+
+@dataclass(frozen=True, eq=False)
+class ShapeCut:
+    """One signature's (and branch's) cut and profile.
+
+    Attributes:
+        signature: the calls it serves.
+        chain: the cut, proven equal to the model on a call of that signature.
+        profile: measured on that call, or predicted (NOTE [Profiles of new shapes]).
+        source: ``"measured"`` or ``"predicted (<growth> in x, from x = a, b, c)"``.
+        branch: the mask-branch verdicts pinned in the trace (empty: none).
+        seconds: wall time to make it: trace, proof, profile or prediction (s).
+    """
+
+    signature: Signature
+    chain: CutChain
+    profile: ChainProfile
+    source: str
+    branch: tuple
+    seconds: float
+
+    @property
+    def measured(self) -> bool:
+        return self.source == "measured"
+
+
+class _NeedsAnotherSize(Exception):
+    """fit_growth asked for a size that was not measured."""
+
+
+def _no_new_size(x: int) -> ChainProfile:
+    raise _NeedsAnotherSize(x)
+
+
+def _family(new: Signature, branch: tuple, measured: list[ShapeCut]) -> tuple[dict[int, ChainProfile], int]:
+    """The measured profiles on a line through ``new`` (same branch, differing only in one size
+    x), the line with the most of them: ({x: profile}, new's x); ({}, 0) when there is none."""
+    best: tuple[dict[int, ChainProfile], int] = ({}, 0)
+    for anchor in measured:
+        if anchor.branch != branch or (step := along(anchor.signature, new)) is None:
+            continue
+        positions, x_anchor, x_new = step
+        members = {x_anchor: anchor.profile}
+        for other in measured:
+            hop = along(anchor.signature, other.signature) if other.branch == branch else None
+            if hop is not None and hop[0] == positions:
+                members[hop[2]] = other.profile
+        if len(members) > len(best[0]):
+            best = (members, x_new)
+    return best
+
+
+def predicted_profile(
+    new: Signature, branch: tuple, names: list[str], measured: list[ShapeCut]
+) -> tuple[ChainProfile, str] | None:
+    """``new``'s profile from a growth model of its family (NOTE [Profiles of new shapes]), or None
+    when it must be measured: fewer than 3 measured sizes on its line, a size outside their range,
+    a degree the sizes cannot tell, or other stage names than ``names`` (the new cut's)."""
+    family, x = _family(new, branch, measured)
+    sizes = sorted(family)
+    if len(sizes) < MIN_POINTS or not sizes[0] < x < sizes[-1]:
+        return None
+    if any([s.name for s in p.stages] != names for p in family.values()):
+        return None
+    try:
+        growth: GrowthModel = fit_growth(_no_new_size, sizes, time_rtol=None, known=family)
+    except (_NeedsAnotherSize, RematError):
+        return None
+    sizes_text = ", ".join(map(str, sizes))
+    return growth.profile_at(x), f"predicted ({growth.kind} in the varying size, from sizes {sizes_text})"
+
+
+class ShapeCuts:
+    """The cuts of one model, per signature and branch, made on demand (see the module docstring).
+
+    ``make_chain(args, kwargs, target)`` traces, cuts and proves the model on a call;
+    ``profile(chain, x, name)`` measures a chain on its chain input. Not thread-safe."""
+
+    def __init__(
+        self,
+        make_chain: Callable[[tuple, dict, Any], CutChain],
+        repeats: int,
+        warmup: int,
+        compile: bool,  # noqa: A002 - remat.checkpoint's option
+        name: str,
+        limit: int = 256,
+    ) -> None:
+        self._make_chain = make_chain
+        self._repeats = repeats
+        self._warmup = warmup
+        self._compile = compile
+        self._name = name
+        self._limit = limit
+        self._cuts: OrderedDict[Signature, list[ShapeCut]] = OrderedDict()
+        self.retraces = 0  # cuts made after the first
+
+    def __len__(self) -> int:
+        return sum(len(cuts) for cuts in self._cuts.values())
+
+    def all(self) -> list[ShapeCut]:
+        """Every cut held, oldest signature first."""
+        return [cut for cuts in self._cuts.values() for cut in cuts]
+
+    def cut_for(self, args: tuple, kwargs: dict, target: Any) -> tuple[ShapeCut, torch.Tensor]:
+        """The cut serving this call (made now if none does) and the call bound to it (its chain
+        input a_0; the side values are set)."""
+        leaves, spec = pytree.tree_flatten((args, kwargs, target))
+        signature = Signature.of(leaves, spec)
+        known = self._cuts.get(signature, [])
+        for cut in known:
+            try:
+                x = cut.chain.bind(*args, target=target, **kwargs)
+            except OtherBranchError:
+                continue
+            self._cuts.move_to_end(signature)
+            return cut, x
+        cut = self._new(signature, args, kwargs, target)
+        self._cuts.setdefault(signature, []).append(cut)
+        self._cuts.move_to_end(signature)
+        while len(self._cuts) > self._limit:
+            self._cuts.popitem(last=False)
+        return cut, cut.chain.bind(*args, target=target, **kwargs)
+
+    def _new(self, signature: Signature, args: tuple, kwargs: dict, target: Any) -> ShapeCut:
+        start = time.perf_counter()
+        if self._cuts:
+            self.retraces += 1
+        chain = self._make_chain(args, kwargs, target)
+        x = chain.bind(*args, target=target, **kwargs)
+        branch = pinned_verdicts(chain.plan.gm)
+        if self._compile:
+            chain = compile_chain(chain, x)
+        side_bytes = _side_bytes(chain, x)
+        measured = [c for c in self.all() if c.measured]
+        guess = predicted_profile(signature, branch, list(chain.names), measured)
+        if guess is None:
+            batch = int(x.shape[0]) if x.dim() > 0 else 1
+            name = f"{self._name}-b{batch}-{x.device.type}"
+            profile = profile_chain(chain, x, name=name, repeats=self._repeats, warmup=self._warmup)
+            source = "measured"
+        else:
+            profile, source = guess
+        metadata = {
+            **profile.metadata,
+            "cut": "traced (TorchDynamo), proven equal",
+            "side_bytes": side_bytes,
+            "input_shapes": [list(s) for s in signature.shapes],
+            "profile_source": source,
+        }
+        profile = dataclasses.replace(profile, metadata=metadata)
+        return ShapeCut(signature, chain, profile, source, branch, time.perf_counter() - start)
+
+
+def _side_bytes(chain: CutChain, x: torch.Tensor) -> int:
+    """Bytes of the side values held for a call besides the inputs (masks, rotary tables, ...)."""
+    tensors = [v for v in chain.context.values.values() if isinstance(v, torch.Tensor)]
+    return storage_bytes(x, *tensors) - storage_bytes(x)
+
+
+__all__ = ["ShapeCut", "ShapeCuts", "Signature", "along", "predicted_profile"]

@@ -1,0 +1,216 @@
+"""One wrapped model for batches of every shape (issue 23; remat/api/shapes.py, docs/models.md
+"Batches of other shapes"): each shape trains exactly like plain PyTorch, within one budget in
+bytes, cut once per shape and branch; a shape above the budget is refused before its step runs."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+import remat
+from remat.api.shapes import Signature, along, predicted_profile
+from remat.profile.chain import profile_chain
+from remat.replay.report import step_allocator_peak
+from remat.schedules import RematError
+from remat.solver.chain.optimal import minimum_budget
+from remat.trace.proof import cut_model
+from tests.api.test_api import TokenModel
+
+
+def _signature(**kwargs) -> Signature:
+    leaves, spec = pytree.tree_flatten(((), kwargs, None))
+    return Signature.of(leaves, spec)
+
+
+def _tokens(batch: int, length: int, seed: int = 0) -> dict:
+    generator = torch.Generator().manual_seed(seed + 97 * length + batch)
+    ids = torch.randint(0, 40, (batch, length), generator=generator)
+    return {"input_ids": ids, "labels": ids.roll(1, dims=1)}
+
+
+def test_signatures_on_one_line_differ_in_one_size():
+    a = _signature(input_ids=torch.zeros(2, 8, dtype=torch.long), labels=torch.zeros(2, 8, dtype=torch.long))
+    b = _signature(input_ids=torch.zeros(2, 12, dtype=torch.long), labels=torch.zeros(2, 12, dtype=torch.long))
+    c = _signature(input_ids=torch.zeros(3, 12, dtype=torch.long), labels=torch.zeros(3, 12, dtype=torch.long))
+    d = _signature(input_ids=torch.zeros(2, 12, dtype=torch.long), labels=torch.zeros(2, 8, dtype=torch.long))
+    e = _signature(input_ids=torch.zeros(2, 12, dtype=torch.int32), labels=torch.zeros(2, 12, dtype=torch.long))
+    assert along(a, b) == (frozenset({(0, 1), (1, 1)}), 8, 12)
+    assert along(b, c) == (frozenset({(0, 0), (1, 0)}), 2, 3)
+    assert along(a, c) is None  # batch and length both changed, to different sizes
+    assert along(b, d) == (frozenset({(1, 1)}), 12, 8)
+    assert along(b, e) is None  # another dtype is another trace, never a size on a line
+    assert along(a, a) is None
+    assert a.text() == "(2, 8), (2, 8)"
+
+
+def _plain_step(model: nn.Module, inputs: dict, seed: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(seed)
+    loss = model(**inputs)["loss"]
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+def _remat_step(wrapped: nn.Module, model: nn.Module, inputs: dict, seed: int) -> tuple[torch.Tensor, list]:
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(seed)
+    loss = wrapped(**inputs)
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.slow
+def test_every_batch_shape_trains_exactly_under_one_budget():
+    torch.manual_seed(0)
+    model = TokenModel(depth=3).train()  # dropout 0.1: the RNG is replayed per stage
+    wrapped = remat.checkpoint(model, _tokens(2, 8), budget=1.0, repeats=1, warmup=0, over_budget="least")
+    budget = minimum_budget(wrapped.profile)
+    wrapped = wrapped.with_budget(budget)  # the example recomputes; larger shapes need the least schedule
+    assert wrapped.budget == budget
+    shapes = [(2, 8), (3, 8), (2, 12), (2, 5), (1, 8), (2, 8), (2, 12)]
+    for k, (batch, length) in enumerate(shapes):
+        inputs = _tokens(batch, length, seed=k)
+        plain = _plain_step(model, inputs, seed=k)
+        replayed = _remat_step(wrapped, model, inputs, seed=k)
+        assert torch.equal(plain[0], replayed[0]), (batch, length)
+        assert all(torch.equal(a, b) for a, b in zip(plain[1], replayed[1], strict=True)), (batch, length)
+        plan = wrapped.plan_for(**inputs)
+        assert plan.predicted_peak <= budget or plan.least
+        assert plan.schedule.predicted.recompute_ms > 0, "every shape recomputes at this budget"
+    assert wrapped.retraces == 4  # (3, 8), (2, 12), (2, 5), (1, 8): each cut once, repeats reuse theirs
+    assert len(wrapped.plans) == 5
+
+
+@pytest.mark.slow
+def test_a_shape_above_the_budget_is_refused_before_its_step_runs(caplog):
+    torch.manual_seed(0)
+    model = TokenModel(depth=2).train()
+    wrapped = remat.checkpoint(model, _tokens(2, 8), budget=1.0, repeats=1, warmup=0)
+    wrapped = wrapped.with_budget(minimum_budget(wrapped.profile))
+    model.zero_grad(set_to_none=True)
+    state = torch.get_rng_state()
+    with pytest.raises(RematError) as info:
+        wrapped(**_tokens(4, 8))
+    message = str(info.value)
+    assert "\n" not in message and "(4, 8), (4, 8)" in message and "needs at least" in message
+    assert str(wrapped.budget) in message
+    assert all(p.grad is None for p in model.parameters()), "a step ran"
+    assert torch.equal(torch.get_rng_state(), state)
+    # over_budget="least": it runs, under the least-memory schedule, and says so each time
+    least = remat.checkpoint(model, _tokens(2, 8), budget=wrapped.budget, repeats=1, warmup=0, over_budget="least")
+    with caplog.at_level(logging.WARNING, logger="remat"):
+        for _ in range(2):
+            least(**_tokens(4, 8)).backward()
+    said = [r.getMessage() for r in caplog.records if "least-memory schedule" in r.getMessage()]
+    assert len(said) == 2 and "(4, 8), (4, 8)" in said[0]
+    plan = least.plan_for(**_tokens(4, 8))
+    assert plan.least and plan.predicted_peak == minimum_budget(plan.cut.profile)
+
+
+def test_over_budget_is_checked():
+    model = TokenModel(depth=1).train()
+    with pytest.raises(RematError, match="over_budget: expected one of 'refuse', 'least'"):
+        remat.checkpoint(model, _tokens(2, 8), over_budget="run")
+
+
+def _measured(model: nn.Module, length: int):
+    inputs = _tokens(2, length)
+    chain = cut_model(model, (), inputs)
+    return chain, profile_chain(chain, chain.bind(**inputs), repeats=1, warmup=0)
+
+
+@pytest.mark.slow
+def test_a_predicted_profile_has_the_measured_sizes():
+    """A growth model through lengths 32, 40, 48 predicts length 36's sizes to the byte. (Below 32
+    the embedding's transient is max(0, c - k * length), not linear: shorter lengths need 5 sizes
+    measured before a piecewise-linear fit is trusted.)"""
+    torch.manual_seed(0)
+    model = TokenModel(depth=2).train()
+    wrapped = remat.checkpoint(model, _tokens(2, 32), budget=10**9, repeats=1, warmup=0)
+    for length in (40, 48):
+        wrapped(**_tokens(2, length)).backward()
+    assert all(plan.cut.measured for plan in wrapped.plans)
+    plan = wrapped.plan_for(**_tokens(2, 36))
+    assert plan.cut.source.startswith("predicted (linear"), plan.cut.source
+    _, real = _measured(model, 36)
+    fields = ("output_size", "saved_size", "forward_overhead", "backward_overhead", "param_size")
+    for got, want in zip(plan.cut.profile.stages, real.stages, strict=True):
+        assert [getattr(got, f) for f in fields] == [getattr(want, f) for f in fields], got.name
+        assert got.nograd_overhead >= want.nograd_overhead, got.name
+    assert plan.cut.profile.input_size == real.input_size
+    # outside the measured lengths it is measured, not extrapolated
+    assert wrapped.plan_for(**_tokens(2, 56)).cut.measured
+    measured = [c for c in wrapped._cuts.all() if c.measured]
+    names = [s.name for s in real.stages]
+    assert predicted_profile(_signature(**_tokens(2, 44)), (), names, measured) is not None
+    assert predicted_profile(_signature(**_tokens(2, 64)), (), names, measured) is None
+    assert predicted_profile(_signature(**_tokens(2, 44)), (), names[1:], measured) is None
+
+
+@pytest.mark.slow
+def test_a_predicted_shape_stays_within_its_prediction():
+    """The allocator's peak of a step whose profile was predicted is at most the prediction."""
+    torch.manual_seed(0)
+    model = TokenModel(depth=3, width=48).train()
+    wrapped = remat.checkpoint(model, _tokens(2, 40), budget=10**9, repeats=1, warmup=0)
+    for length in (32, 48):
+        wrapped(**_tokens(2, length)).backward()
+    inputs = _tokens(2, 44)
+    plan = wrapped.plan_for(**inputs)
+    assert not plan.cut.measured
+    tight = wrapped.with_budget(minimum_budget(plan.cut.profile))
+    plan = tight.plan_for(**inputs)
+    assert plan.schedule.predicted.recompute_ms > 0
+    peak = step_allocator_peak(model, lambda: tight(**inputs), torch.device("cpu"), steps=2)
+    a0 = plan.cut.profile.input_size
+    assert peak + a0 <= plan.predicted_peak * 1.02, (peak + a0, plan.predicted_peak)
+
+
+def _padded_batch(lengths: list[int], vocab: int, seed: int) -> dict[str, torch.Tensor]:
+    """Sequences of ``lengths`` padded to the longest, as DataCollatorWithPadding does (right
+    padding, pad id 0, mask 0, labels -100 on padded positions)."""
+    generator = torch.Generator().manual_seed(seed)
+    longest = max(lengths)
+    ids = torch.zeros(len(lengths), longest, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, length in enumerate(lengths):
+        ids[row, :length] = torch.randint(1, vocab, (length,), generator=generator)
+        mask[row, :length] = 1
+    return {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_a_hugging_face_loop_with_dynamic_padding_and_accumulation(name):
+    """Batches padded to their own longest sequence (lengths and the mask branch change), labels
+    -100 on padding, two micro-batches per optimizer step: every accumulated gradient and every
+    AdamW step equal to plain PyTorch's (fp32, dropout on, same RNG)."""
+    from tests.api.test_real_models import VOCAB, gpt2, llama
+
+    torch.manual_seed(0)
+    model = {"gpt2": gpt2, "llama": llama}[name]().train()
+    reference = {"gpt2": gpt2, "llama": llama}[name]().train()
+    reference.load_state_dict(model.state_dict())
+    batches = [[8, 5, 8], [8, 8, 8], [6, 6, 6], [8, 3, 8]]  # padded, unpadded, shorter, padded again
+    batches = [_padded_batch(lengths, VOCAB, seed=k) for k, lengths in enumerate(batches)]
+    wrapped = remat.checkpoint(model, batches[0], budget="80%", repeats=1, warmup=0, over_budget="least")
+    optimizers = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (model, reference)]
+    for step in range(len(batches) // 2):
+        for k in (2 * step, 2 * step + 1):
+            torch.manual_seed(k)
+            (wrapped(**batches[k]) / 2).backward()
+            torch.manual_seed(k)
+            (reference(**batches[k]).loss / 2).backward()
+        for a, b in zip(model.parameters(), reference.parameters(), strict=True):
+            assert torch.equal(a.grad, b.grad), (step, name)
+        for optimizer in optimizers:
+            optimizer.step()
+            optimizer.zero_grad()
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), reference.parameters(), strict=True))
+    branches = {plan.cut.branch for plan in wrapped.plans}
+    assert len(branches) == 2, branches  # padded and unpadded batches: both branches cut and proven
+    assert wrapped.retraces == 2  # (3, 8) unpadded and (3, 6); (3, 8) padded again reuses the first cut
