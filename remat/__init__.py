@@ -46,6 +46,15 @@ def checkpoint(*args, **kwargs):  # noqa: ANN002, ANN003 - forwards to remat.api
     return _checkpoint(*args, **kwargs)
 
 
+def __getattr__(name: str):  # noqa: ANN202 - module attribute hook
+    """``remat.RematModel`` (the model ``remat.checkpoint`` returns), imported lazily like it."""
+    if name == "RematModel":
+        from remat.api import RematModel
+
+        return RematModel
+    raise AttributeError(f"module 'remat' has no attribute {name!r}")
+
+
 def compile(*args, **kwargs):  # noqa: A001, ANN002, ANN003 - forwards to remat.joint.compile.compile
     """``remat.compile(model, budget=...)``: see :func:`remat.joint.compile.compile`.
 

@@ -57,6 +57,10 @@ class RematModel(nn.Module):
     example input and puts them next to the prediction.
     """
 
+    # transformers.Trainer passes ``num_items_in_batch`` to a forward taking **kwargs unless this
+    # says no: a new int every batch would be a new signature (a new cut) every batch
+    accepts_loss_kwargs = False
+
     def __init__(
         self,
         cuts: ShapeCuts,
