@@ -218,9 +218,9 @@ class ShapeCuts:
 
     def _new(self, signature: Signature, args: tuple, kwargs: dict, target: Any) -> ShapeCut:
         start = time.perf_counter()
+        chain = self._make_chain(args, kwargs, target)
         if self._cuts:
             self.retraces += 1
-        chain = self._make_chain(args, kwargs, target)
         x = chain.bind(*args, target=target, **kwargs)
         branch = pinned_verdicts(chain.plan.gm)
         if self._compile:

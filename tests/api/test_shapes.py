@@ -214,3 +214,32 @@ def test_a_hugging_face_loop_with_dynamic_padding_and_accumulation(name):
     branches = {plan.cut.branch for plan in wrapped.plans}
     assert len(branches) == 2, branches  # padded and unpadded batches: both branches cut and proven
     assert wrapped.retraces == 2  # (3, 8) unpadded and (3, 6); (3, 8) padded again reuses the first cut
+
+
+class Positional(nn.Module):
+    """Learned positions for at most 12 tokens: a longer batch fails inside the model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokens = nn.Embedding(40, 16)
+        self.positions = nn.Embedding(12, 16)
+        self.layers = nn.ModuleList([nn.Linear(16, 16) for _ in range(2)])
+
+    def forward(self, input_ids, labels=None):
+        h = self.tokens(input_ids) + self.positions(torch.arange(input_ids.shape[1]))
+        for layer in self.layers:
+            h = h + torch.tanh(layer(h))
+        return {"loss": h.square().mean()}
+
+
+def test_a_batch_the_model_cannot_take_is_one_line_and_the_loop_goes_on():
+    torch.manual_seed(0)
+    model = Positional().train()
+    wrapped = remat.checkpoint(model, _tokens(2, 8), budget=10**9, repeats=1, warmup=0)
+    with pytest.raises(RematError) as info:
+        wrapped(**_tokens(2, 20))
+    message = str(info.value)
+    assert "\n" not in message and "a batch's inputs ((2, 20) torch.int64" in message and "IndexError" in message
+    assert wrapped.retraces == 0  # nothing was cut for it
+    wrapped(**_tokens(2, 10)).backward()  # the next batch trains
+    assert wrapped.retraces == 1
