@@ -109,11 +109,6 @@ def _check_compiled(chain: Chain, profile: ChainProfile | None) -> None:
         )
 
 
-def tensors_or_none(g: Boundary | None) -> tuple:
-    """The gradients of a boundary (None where a tensor has none, or for the whole of it)."""
-    return g if isinstance(g, tuple) else (g,)
-
-
 class _Step:
     """State of one training step: the held items and the recomputation record (replay_core)."""
 
@@ -175,7 +170,7 @@ class _Step:
         option = self.recorded.pop(i + 1, 0)
         g_out = self.g.pop(i + 1)
         layouts = each(GradLayout, leaf)  # NOTE [Gradient layout at a cut], per tensor of a tuple
-        if requires_grad(out) and any(g is not None for g in tensors_or_none(g_out)):
+        if requires_grad(out) and any(g is not None for g in tensors(g_out)):
             if option:  # the backward reruns part of the forward: keep buffers as they are
                 with restored_buffers(self.owner.chain.stages[i]):
                     self._stage_backward(i, leaf, out, g_out)

@@ -28,8 +28,8 @@ Mixtral with router logits hands on its hidden state and one router-logit tensor
 Boundary = torch.Tensor | tuple[torch.Tensor, ...]
 
 
-def tensors(a: Boundary) -> tuple[torch.Tensor, ...]:
-    """The tensors of boundary ``a``."""
+def tensors(a: Any) -> tuple[Any, ...]:
+    """The tensors of boundary ``a`` (or the gradients of one: None where a tensor has none)."""
     return a if isinstance(a, tuple) else (a,)
 
 
@@ -87,8 +87,7 @@ def requires_grad(a: Boundary) -> bool:
 def backward(out: Boundary, grad: Any, inputs: Sequence[torch.Tensor] | None = None) -> None:
     """``torch.autograd.backward`` of the tensors of ``out`` that require grad and have a gradient in
     ``grad`` (shaped as ``out``); nothing when none has."""
-    pairs = [(o, g) for o, g in zip(tensors(out), tensors(grad) if isinstance(grad, tuple) else (grad,), strict=True)
-             if o.requires_grad and g is not None]  # fmt: skip
+    pairs = [(o, g) for o, g in zip(tensors(out), tensors(grad), strict=True) if o.requires_grad and g is not None]
     if not pairs:
         return
     outs, grads = zip(*pairs, strict=True)
