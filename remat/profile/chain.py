@@ -50,6 +50,17 @@ from remat.profile.options import with_measured_options
 from remat.profile.stage import ModelState, existing_storages, record_and_backward_memory, recorded, run_backward
 from remat.runtime.core import RngState, accelerator_devices, grad_leaf, trainable_params
 from remat.schedules import ChainProfile, RematError, Stage
+from remat.trace import boundary
+from remat.trace.boundary import (
+    Boundary,
+    boundary_bytes,
+    detached,
+    each,
+    is_boundary,
+    ones_like,
+    storage_keys,
+    tensors,
+)
 from remat.trace.chain import Chain, as_chain
 
 _MEMORY_SOURCE = {
@@ -60,16 +71,16 @@ _MEMORY_SOURCE = {
 
 
 def profile_stage(
-    stage: nn.Module, x: torch.Tensor, name: str, repeats: int = 5, warmup: int = 2, timed: bool = True
-) -> tuple[Stage, torch.Tensor, int]:
+    stage: nn.Module, x: Boundary, name: str, repeats: int = 5, warmup: int = 2, timed: bool = True
+) -> tuple[Stage, Boundary, int]:
     """Profile one stage on input ``x``; return its :class:`Stage`, its output (no graph) and the
     transient bytes of its non-recording forward.
 
     The caller restores buffers/RNG (see :func:`profile_chain`); parameter gradients are expected
     to be pre-allocated.
     """
-    device = x.device
-    x = x.detach()
+    device = tensors(x)[0].device
+    x = detached(x)
     pre_existing, input_bytes = existing_storages(stage, x)
 
     def forward_nograd():
@@ -89,11 +100,13 @@ def profile_stage(
     # memory: non-recording forward, as the allocator sees it (kernel-internal buffers included)
     with AllocatorMeter(device) as meter:
         out = forward_nograd()
-    if not isinstance(out, torch.Tensor):
-        raise RematError(f"stage '{name}': returns a {type(out).__name__}; a chain stage must return one tensor")
-    if storage_key(out) in pre_existing:
+    if not is_boundary(out):
+        raise RematError(
+            f"stage '{name}': returns a {type(out).__name__}; a chain stage must return a tensor or a tuple of tensors"
+        )
+    if _aliased(stage, x, out):
         raise RematError(f"stage '{name}': its output is a view of its input or a parameter; merge it with a neighbour")
-    output_size = allocated_bytes(out, device)
+    output_size = boundary_bytes(out, device)
     nograd_overhead = max(0, meter.peak_bytes - output_size)
 
     saved_size, forward_overhead, backward_overhead = record_and_backward_memory(
@@ -117,7 +130,17 @@ def profile_stage(
         backward_overhead=int(backward_overhead),
         param_size=int(param_size),
     )
-    return record, out.detach(), nograd_overhead
+    return record, detached(out), nograd_overhead
+
+
+def _aliased(stage: nn.Module, x: Boundary, out: Boundary) -> bool:
+    """Whether ``out`` shares storage with a parameter or buffer of ``stage``, or with its input;
+    of a tuple boundary, a tensor handed on unchanged from the input is no alias (it is what
+    the next stage reads: counted in both boundaries, remat.trace.boundary)."""
+    weights = {storage_key(t) for t in (*stage.parameters(), *stage.buffers())}
+    inputs = set(storage_keys(x))
+    passed = inputs if isinstance(out, tuple) else set()
+    return any(key in weights or (key in inputs and key not in passed) for key in storage_keys(out))
 
 
 def time_chain(chain: Chain, x: torch.Tensor, repeats: int) -> tuple[list[float], list[float]]:
@@ -134,14 +157,14 @@ def time_chain(chain: Chain, x: torch.Tensor, repeats: int) -> tuple[list[float]
     backward: list[list[float]] = [[] for _ in range(n)]
     timer = StageTimer(device)
     for _ in range(max(1, repeats)):
-        inp = x.detach()
+        inp = detached(x)
         with torch.no_grad():
             for i, stage in enumerate(chain.stages):
                 begin = timer.start()
                 inp = stage(inp)
                 timer.stop(i, begin)
         timer.collect(nograd)
-        inp = x.detach()
+        inp = detached(x)
         held = []
         for i, stage in enumerate(chain.stages):
             leaf = grad_leaf(inp)
@@ -150,16 +173,16 @@ def time_chain(chain: Chain, x: torch.Tensor, repeats: int) -> tuple[list[float]
                 out = stage(leaf)
             timer.stop(i, begin)
             held.append((leaf, out))
-            inp = out.detach()
+            inp = detached(out)
         timer.collect(record)
-        grad = torch.ones_like(held[-1][1])
+        grad = ones_like(held[-1][1])
         for i in reversed(range(n)):
             leaf, out = held.pop()
             begin = timer.start()
-            if out.requires_grad and grad is not None:
-                torch.autograd.backward(out, grad)
+            if grad is not None:
+                boundary.backward(out, grad)
             timer.stop(i, begin)
-            grad = leaf.grad if leaf.requires_grad else None
+            grad = each(lambda t: t.grad if t.requires_grad else None, leaf)
             del leaf, out
         timer.collect(backward)
     forward_ms = [0.5 * (min(a) + min(b)) for a, b in zip(nograd, record, strict=True)]
@@ -373,7 +396,7 @@ def check_profile_matches(profile: ChainProfile, model: nn.Module | Chain, x: to
             a = x.detach()
             for i, (stage, record) in enumerate(zip(chain.stages, profile.stages, strict=True)):
                 a = stage(a)
-                size = allocated_bytes(a, x.device)
+                size = boundary_bytes(a, x.device)
                 if size != record.output_size:
                     raise RematError(
                         f"{where}: stage {i} ('{record.name}') outputs {size} bytes here, "

@@ -31,25 +31,26 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from remat.profile.chain import time_chain
 from remat.profile.stage import ModelState
+from remat.trace import boundary
+from remat.trace.boundary import Boundary, each, ones_like, requires_grad, tensors
 from remat.trace.chain import as_chain
 
 
-def stage_flops(stage: nn.Module, x: torch.Tensor) -> tuple[int, int]:
-    """(forward FLOPs, backward FLOPs) of ``stage`` on input ``x`` (any device, meta included).
+def stage_flops(stage: nn.Module, x: Boundary) -> tuple[int, int]:
+    """(forward FLOPs, backward FLOPs) of ``stage`` on input ``x`` (any device, meta included; one
+    tensor or a tuple of them, remat.trace.boundary).
 
     The forward is a recording one on a leaf that requires grad, so the backward includes the
     input gradient, as in a training step. Buffers (BatchNorm statistics) are restored."""
-    state = ModelState(stage, x.device)
+    state = ModelState(stage, tensors(x)[0].device)
     try:
-        leaf = x.detach()
-        if leaf.is_floating_point():
-            leaf.requires_grad_(True)
+        leaf = each(lambda t: t.detach().requires_grad_(t.is_floating_point()), x)
         with FlopCounterMode(display=False) as forward_counter, torch.enable_grad():
             out = stage(leaf)
         backward = 0
-        if out.requires_grad:
+        if requires_grad(out):
             with FlopCounterMode(display=False) as backward_counter:
-                out.backward(torch.ones_like(out))
+                boundary.backward(out, ones_like(out))
             backward = backward_counter.get_total_flops()
         return int(forward_counter.get_total_flops()), int(backward)
     finally:

@@ -37,6 +37,7 @@ from remat.profile.stage import ModelState, existing_storages, record_and_backwa
 from remat.runtime.core import grad_leaf
 from remat.runtime.policies import applicable_policies, selective_forward
 from remat.schedules import ChainProfile, Stage, StageOption
+from remat.trace.boundary import tensors
 from remat.trace.chain import Chain
 
 
@@ -47,7 +48,7 @@ def _measure(
     ``stage`` on ``x`` with ``policy`` (None: the plain recording forward); ``sample()`` times
     one recording forward and its backward (ms, ms), so that the caller can interleave the
     options' samples."""
-    device = x.device
+    device = tensors(x)[0].device
     pre_existing, input_bytes = existing_storages(stage, x)
 
     def forward_record():

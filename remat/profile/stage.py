@@ -12,6 +12,8 @@ from torch import nn
 
 from remat.measure.allocator import AllocatorMeter
 from remat.measure.memory import allocated_bytes, storage_key, untracked
+from remat.trace import boundary
+from remat.trace.boundary import Boundary, boundary_bytes, can_have_grad, ones_like, requires_grad, tensors
 
 
 class ModelState:
@@ -44,11 +46,12 @@ class ModelState:
             torch.cuda.set_rng_state(self.cuda_rng, self.device)
 
 
-def existing_storages(stage: nn.Module, x: torch.Tensor) -> tuple[set, int]:
+def existing_storages(stage: nn.Module, x: Boundary) -> tuple[set, int]:
     """(the storages of ``stage``'s parameters and buffers and of its input ``x``, which a forward
-    does not allocate; the allocator's bytes of ``x``, what its gradient g_i will take)."""
-    existing = {storage_key(t) for t in (*stage.parameters(), *stage.buffers(), x)}
-    return existing, allocated_bytes(x)
+    does not allocate; the allocator's bytes of ``x``, what its gradient g_i will take: of a tuple
+    boundary, the tensors that can carry a gradient, each storage once)."""
+    existing = {storage_key(t) for t in (*stage.parameters(), *stage.buffers(), *tensors(x))}
+    return existing, boundary_bytes(x, only=can_have_grad)
 
 
 Recorded = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -58,8 +61,7 @@ Recorded = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 def run_backward(state: Recorded) -> None:
     """The backward of one measured step (a no-op when the output needs no gradient)."""
     _, out, grad = state
-    if out.requires_grad:
-        torch.autograd.backward(out, grad)
+    boundary.backward(out, grad)
 
 
 def recorded(forward_record: Callable[[], tuple[torch.Tensor, torch.Tensor]]) -> Callable[[], Recorded]:
@@ -68,7 +70,7 @@ def recorded(forward_record: Callable[[], tuple[torch.Tensor, torch.Tensor]]) ->
 
     def setup() -> Recorded:
         leaf, out = forward_record()
-        return leaf, out, torch.ones_like(out)
+        return leaf, out, ones_like(out)
 
     return setup
 
@@ -94,12 +96,13 @@ def record_and_backward_memory(
     with AllocatorMeter(device) as meter:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             leaf, rec_out = forward_record()
-        saved[storage_key(rec_out)] = allocated_bytes(rec_out, device)
+        for t in tensors(rec_out):
+            saved[storage_key(t)] = allocated_bytes(t, device)
         meter.mark("output gradient")
-        grad_out = torch.ones_like(rec_out)
+        grad_out = ones_like(rec_out)
         meter.mark("backward")
         backward((leaf, rec_out, grad_out))
-        gradient_bytes = input_bytes if leaf.requires_grad else 0
+        gradient_bytes = input_bytes if requires_grad(leaf) else 0
         del leaf, rec_out, grad_out
     record, _, back = meter.phases
     # what stays allocated after the recording forward is what F_all holds (abar); the allocator

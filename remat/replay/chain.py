@@ -54,12 +54,14 @@ from remat.runtime.core import (
     ReplayFunction,
     accelerator_devices,
     grad_input,
+    grad_leaf,
     release_output_grad,
     shared_params,
     trainable_params,
 )
 from remat.runtime.policies import require_policy, restored_buffers, selective_forward
 from remat.schedules import ChainProfile, Op, RematError, Schedule, ScheduleError, Stage, parse_ops, simulate
+from remat.trace.boundary import Boundary, backward, detached, each, like, requires_grad, tensors
 from remat.trace.chain import Chain, as_chain
 
 
@@ -128,11 +130,11 @@ class _Step:
         )
 
     # -- helpers --------------------------------------------------------------------------
-    def _input(self, i: int) -> torch.Tensor:
+    def _input(self, i: int) -> Boundary:
         if i in self.a:
             return self.a[i]
         if i in self.abar:
-            return self.abar[i][1].detach()
+            return detached(self.abar[i][1])
         raise RematError(f"executor: a_{i} is not in memory (schedule and executor disagree)")
 
     # -- ops ------------------------------------------------------------------------------
@@ -144,9 +146,7 @@ class _Step:
         inp = self._input(i)
         with self.recompute.running(i):
             if op == "F_all":
-                leaf = inp.detach()
-                if leaf.is_floating_point() or leaf.is_complex():
-                    leaf.requires_grad_(True)
+                leaf = grad_leaf(inp)
                 with torch.enable_grad():
                     if option:
                         out = selective_forward(stage, grad_input(leaf), self.owner.option_names[i, option])
@@ -171,33 +171,38 @@ class _Step:
         leaf, out = self.abar.pop(i + 1)
         option = self.recorded.pop(i + 1, 0)
         g_out = self.g.pop(i + 1)
-        layout = GradLayout(leaf)  # NOTE [Gradient layout at a cut]
-        if out.requires_grad and g_out is not None:
+        layouts = each(GradLayout, leaf)  # NOTE [Gradient layout at a cut], per tensor of a tuple
+        if requires_grad(out) and any(g is not None for g in tensors(g_out)):
             if option:  # the backward reruns part of the forward: keep buffers as they are
                 with restored_buffers(self.owner.chain.stages[i]):
                     self._stage_backward(i, leaf, out, g_out)
             else:
                 self._stage_backward(i, leaf, out, g_out)
-        self.g[i] = layout.take(leaf) if leaf.requires_grad else None
-        del leaf, out, g_out
+        # every tensor of the input that requires grad gets its gradient; one that cannot (an
+        # int mask handed on beside the hidden state) has none
+        self.g[i] = like(leaf, [
+            layout.take(t) if t.requires_grad else None
+            for layout, t in zip(tensors(layouts), tensors(leaf), strict=True)
+        ])  # fmt: skip
+        del leaf, out, g_out, layouts
         if i != 0:
             self.a.pop(i, None)
         release_output_grad(release, self.output_ref)
 
-    def _stage_backward(self, i: int, leaf: torch.Tensor, out: torch.Tensor, g_out: torch.Tensor) -> None:
+    def _stage_backward(self, i: int, leaf: Boundary, out: Boundary, g_out: Boundary) -> None:
         sink = self.sink
         if sink is None:
-            torch.autograd.backward(out, g_out)
+            backward(out, g_out)
             return
         if sink.everything:  # loss.backward(): accumulate wherever autograd reaches
             with sink.collecting(list(self.owner.chain.stages[i].parameters())):
-                torch.autograd.backward(out, g_out)
+                backward(out, g_out)
             return
         params = sink.targets(self.owner.chain.stages[i].parameters())
-        targets = ([leaf] if leaf.requires_grad else []) + params
+        targets = [t for t in tensors(leaf) if t.requires_grad] + params
         if targets:
             with sink.collecting(params):
-                torch.autograd.backward(out, g_out, inputs=targets)
+                backward(out, g_out, inputs=targets)
 
     def _run_observed(self, position: int, op: Op, grad_output: torch.Tensor | None = None) -> None:
         observer = self.owner.observer

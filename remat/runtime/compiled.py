@@ -261,6 +261,11 @@ def compile_chain(
     stages = []
     x = example_input.detach()
     for name, stage in zip(chain.names, chain.stages, strict=True):
+        if isinstance(x, tuple):  # a tuple boundary (remat.trace.boundary): compiled stages take one tensor
+            raise RematError(
+                f"compile: stage '{name}' takes {len(x)} tensors from the stage before (a cut between blocks that"
+                " hand on several tensors); compiled stages take one: run it without compile=True"
+            )
         compiled = CompiledStage(stage, backend, compile_threads)
         check_stage(compiled, x, name, applicable_policies(stage, x) if options else (), tolerance)
         stages.append(compiled)

@@ -41,6 +41,7 @@ from torch.autograd.graph import _get_grad_fn_or_grad_acc
 
 from remat.measure.memory import notify_resized, untracked
 from remat.schedules import RematError
+from remat.trace.boundary import Boundary, can_have_grad, each
 
 # Device types torch.autocast knows besides "cpu"; only those whose backend is present are used.
 _AUTOCAST_TYPES = ("cpu", "cuda", "xpu", "mps", "hpu", "mtia", "xla")
@@ -348,20 +349,23 @@ class ReplayFunction(torch.autograd.Function):
         return (None, None, None, *input_grads, *sink.returned())
 
 
-def grad_leaf(x: torch.Tensor, grad: bool = True) -> torch.Tensor:
+def grad_leaf(x: Boundary, grad: bool = True) -> Boundary:
     """``x`` detached, as the leaf a stage's recording forward starts from: it requires grad when
-    ``grad`` and its dtype can carry one (floating or complex; token ids cannot)."""
-    leaf = x.detach()
-    if grad and (leaf.is_floating_point() or leaf.is_complex()):
-        leaf.requires_grad_(True)
-    return leaf
+    ``grad`` and its dtype can carry one (floating or complex; token ids cannot). A tuple boundary
+    (remat.trace.boundary) gives a tuple of such leaves, one per tensor."""
+    return each(lambda t: t.detach().requires_grad_(grad and can_have_grad(t)), x)
 
 
-def grad_input(leaf: torch.Tensor) -> torch.Tensor:
+def grad_input(leaf: Boundary) -> Boundary:
     """What a piece reads for ``leaf`` (a detached input that requires grad): under autocast a view
     of it, so that autocast treats it as the activation it is and does not cache its casts (see
     the module docstring); it shares the leaf's storage and the gradient reaches ``leaf.grad``
-    unchanged. Without autocast, the leaf itself (nothing is cast; the measured profile holds)."""
+    unchanged. Without autocast, the leaf itself (nothing is cast; the measured profile holds).
+    Each tensor of a tuple boundary alike."""
+    return each(_grad_input, leaf)
+
+
+def _grad_input(leaf: torch.Tensor) -> torch.Tensor:
     kind = leaf.device.type
     if not (leaf.requires_grad and torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)):
         return leaf

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from remat.schedules import RematError
+from remat.trace.boundary import is_boundary
 
 
 class Chain(nn.Module):
@@ -48,8 +49,11 @@ class Chain(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for name, stage in zip(self.names, self.stages, strict=True):
             x = stage(x)
-            if not isinstance(x, torch.Tensor):  # the next stage would fail on it, far from the cause
-                raise RematError(f"stage '{name}': returns a {type(x).__name__}; a chain stage must return one tensor")
+            if not is_boundary(x):  # the next stage would fail on it, far from the cause
+                raise RematError(
+                    f"stage '{name}': returns a {type(x).__name__}; a chain stage must return a tensor"
+                    " (or a tuple of tensors, remat.trace.boundary)"
+                )
         return x
 
 

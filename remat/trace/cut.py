@@ -13,15 +13,19 @@ what the model computes.
 Nodes of the graph are split in two kinds:
 
 * **side values**: nodes that depend on no trainable tensor (parameters, inputs that require
-  grad) and not on a floating-point chain input, and are neither random nor in-place: position
-  ids, attention masks, rotary tables, shifted labels, views of token ids. They are computed once
+  grad) and not on a floating-point chain input, and are neither random nor in-place (except an
+  in-place op that finishes a tensor the step made from side values, before any stage reads it:
+  BART's shifted labels): position ids, attention masks, rotary tables, shifted labels, views of
+  token ids. They are computed once
   per call (:meth:`CutChain.bind`), before the chain, and handed to the stages that read them, so
   they are not activations of any stage and are never recomputed.
 * **stage nodes**: the rest, in graph order. The chain is cut after stage node ``v`` when ``v`` is
   the only stage value still needed later (an articulation point of the forward), ``v`` is a
   floating-point tensor that is not a view, no later node modifies ``v`` in place (a cut there
   would hand an in-place op a leaf that requires grad), and no grad-mode/inference-mode/autocast
-  region is open.
+  region is open. Between two calls of the model's repeated blocks a cut may hand on several
+  values, as a tuple (:mod:`remat.trace.boundary`; NOTE [Cuts that hand on several tensors],
+  :mod:`remat.trace.positions`).
 
 Consecutive pieces whose nodes share a module path are merged into one stage named by that path
 (``transformer.h.3``, ``layer2.1``, ``features.denseblock2``). Every cut is then proven equal to
@@ -44,6 +48,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from remat.measure.memory import storage_key
+from remat.trace.boundary import storage_keys
 from remat.trace.capture import TrainingStep, first_tensor_index, reduce_output, trace
 from remat.trace.nodes import module_path, mutates
 from remat.trace.positions import Plan, Source, plan
@@ -53,13 +58,17 @@ from remat.trace.stages import CutChain, CutStage, LeafCheck, leaf_check
 
 def _aliasing_stage(chain: CutChain, x: torch.Tensor) -> int | None:
     """The first stage whose output shares storage with its input or a parameter/buffer (dropout
-    with p=0 returns its input): such a stage cannot stand alone (the chain model needs a new a_i+1)."""
+    with p=0 returns its input): such a stage cannot stand alone (the chain model needs a new a_i+1).
+    Of a tuple boundary (remat.trace.boundary), a tensor handed on unchanged from the stage's
+    input is no such alias: it is the value the next block reads, counted in both boundaries."""
     with torch.no_grad():
         for k, stage in enumerate(chain.stages):
-            held = {storage_key(t) for t in (*stage.parameters(), *stage.buffers(), x)}
+            weights = {storage_key(t) for t in (*stage.parameters(), *stage.buffers())}
+            inputs = set(storage_keys(x))
             with running_stage(chain.names[k], stage, x):  # a model error: one line naming where
                 out = stage(x)
-            if storage_key(out) in held:
+            passed = inputs if isinstance(out, tuple) else set()
+            if any(key in weights or (key in inputs and key not in passed) for key in storage_keys(out)):
                 return k
             x = out
     return None

@@ -26,6 +26,7 @@ import torch
 from torch.autograd.graph import saved_tensors_hooks
 
 from remat.measure.memory import storage_key
+from remat.trace.boundary import Boundary, can_have_grad, detached, each, storage_keys
 from remat.trace.chain import Chain
 from remat.trace.stage_errors import running_stage
 from remat.trace.stages import CutChain
@@ -38,8 +39,8 @@ def unsaved_handoffs(chain: Chain, x: torch.Tensor) -> list[int]:
     Storages are told apart by :func:`~remat.measure.memory.storage_key` (views share one); every
     stage's graph is kept alive through the pass. The caller restores buffers and RNG."""
     saved_by: list[set] = []
-    held: list[tuple[torch.Tensor, torch.Tensor]] = []
-    a = x.detach()
+    held: list[tuple[Boundary, Boundary]] = []
+    a = detached(x)
     for name, stage in zip(chain.names, chain.stages, strict=True):
         seen: set = set()
 
@@ -47,14 +48,15 @@ def unsaved_handoffs(chain: Chain, x: torch.Tensor) -> list[int]:
             seen.add(storage_key(t))
             return t
 
-        leaf = a.detach().requires_grad_(a.is_floating_point() or a.is_complex())
+        leaf = each(lambda t: t.detach().requires_grad_(can_have_grad(t)), a)
         with running_stage(name, stage, leaf), torch.enable_grad(), saved_tensors_hooks(pack, lambda t: t):
             out = stage(leaf)
         saved_by.append(seen)
         held.append((leaf, out))
-        a = out.detach()
-    outputs = [storage_key(out) for _, out in held]
-    return [k for k in range(len(held) - 1) if outputs[k] not in saved_by[k] and outputs[k] not in saved_by[k + 1]]
+        a = detached(out)
+    # a tuple boundary is unsaved only if none of its tensors is saved on either side
+    outputs = [set(storage_keys(out)) for _, out in held]
+    return [k for k in range(len(held) - 1) if not outputs[k] & (saved_by[k] | saved_by[k + 1])]
 
 
 def fuse_unsaved_handoffs(chain: CutChain, args: tuple, kwargs: dict, target: Any = None) -> CutChain:

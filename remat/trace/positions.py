@@ -14,9 +14,20 @@ import torch.fx as fx
 from torch.utils import _pytree as pytree
 
 from remat.schedules import RematError
+from remat.trace.boundary import MAX_TENSORS
 from remat.trace.capture import TrainingStep
 from remat.trace.naming import merge_by_name
-from remat.trace.nodes import aliases, example_value, is_context, is_random, is_view, mutates, node_name
+from remat.trace.nodes import (
+    aliases,
+    block_calls,
+    example_value,
+    is_context,
+    is_random,
+    is_view,
+    mutates,
+    node_name,
+    repeated_blocks,
+)
 
 
 @dataclass(frozen=True)
@@ -64,11 +75,13 @@ class Plan:
     prelude: tuple[fx.Node, ...]
     stages: tuple[tuple[fx.Node, ...], ...]
     names: tuple[str, ...]
-    handoffs: tuple[fx.Node, ...]  # the value each stage hands to the next; the last one's is the output
+    # the values each stage hands to the next (one, or several: remat.trace.boundary); the last
+    # stage's is the step's output
+    handoffs: tuple[tuple[fx.Node, ...], ...]
 
     @property
     def output(self) -> fx.Node:
-        return self.handoffs[-1]
+        return self.handoffs[-1][0]
 
     def merged(self, k: int) -> Plan:
         """This plan with stages ``k`` and ``k + 1`` made one (named as the later one)."""
@@ -86,10 +99,35 @@ def _output_node(gm: fx.GraphModule) -> fx.Node:
     return values[0]
 
 
+def _root(node: fx.Node) -> fx.Node:
+    """The node whose storage ``node`` views (``node`` itself when it is no view)."""
+    while is_view(node) and node.args and isinstance(node.args[0], fx.Node):
+        node = node.args[0]
+    return node
+
+
+def _prelude_mutation(node: fx.Node, stage: dict[fx.Node, bool], position: dict[fx.Node, int]) -> bool:
+    """Whether in-place ``node`` only finishes building a side value: it reads side values only,
+    changes a tensor the step itself made from them (not an input, parameter or buffer), and no
+    stage node read that tensor before (BART's ``shift_tokens_right``: ``new_zeros``, then
+    ``shifted[:, 1:] = ...`` and ``masked_fill_``). The side values are computed, in graph order,
+    before any stage runs, so the stages see the finished tensor, as the model's later code does."""
+    if any(stage.get(d, False) for d in node.all_input_nodes) or not node.args:
+        return False
+    target = node.args[0]
+    if not isinstance(target, fx.Node):
+        return False
+    root = _root(target)
+    if root.op not in ("call_function", "call_method") or stage.get(root, True):
+        return False
+    return not any(stage.get(u, False) and position[u] < position[node] for a in aliases(root) for u in a.users)
+
+
 def _classify(gm: fx.GraphModule, sources: dict[fx.Node, Source], chain_input: fx.Node) -> dict[fx.Node, bool]:
     """node -> True for stage nodes, False for side values (see :mod:`remat.trace.cut`'s docstring)."""
     first = example_value(chain_input)
     float_input = isinstance(first, torch.Tensor) and first.is_floating_point()
+    position = {n: k for k, n in enumerate(gm.graph.nodes)}
     stage: dict[fx.Node, bool] = {}
     for node in gm.graph.nodes:
         if node.op == "placeholder":
@@ -100,7 +138,7 @@ def _classify(gm: fx.GraphModule, sources: dict[fx.Node, Source], chain_input: f
         elif node.op != "output":
             stage[node] = (
                 any(stage.get(d, False) for d in node.all_input_nodes)
-                or mutates(node)
+                or (mutates(node) and not _prelude_mutation(node, stage, position))
                 or is_random(node)
                 or is_context(node)
             )
@@ -136,11 +174,46 @@ def _context_depths(nodes: Sequence[fx.Node]) -> list[int]:
     return depths
 
 
+def _crossable(node: fx.Node, k: int, position: dict[fx.Node, int]) -> bool:
+    """A value may be one of several that a cut hands on (remat.trace.boundary): a tensor (a view
+    too: T5's position bias is a permuted embedding; an int tensor carries no gradient), and
+    neither it nor a view of it changed in place after position ``k``."""
+    if not isinstance(example_value(node), torch.Tensor):
+        return False
+    return not any(
+        mutates(user) and user.args and user.args[0] is alias and position.get(user, -1) > k
+        for alias in aliases(node)
+        for user in alias.users
+    )
+
+
+def _block_boundary(before: fx.Node, after: fx.Node, blocks: frozenset[str]) -> bool:
+    """Whether ``before`` and ``after`` lie in different calls of the model's repeated blocks
+    (:func:`remat.trace.nodes.repeated_blocks`), at least one of them in one."""
+    inner = [calls[-1] if calls else None for calls in (block_calls(before, blocks), block_calls(after, blocks))]
+    return inner[0] != inner[1]
+
+
+def _allowed(values: tuple[fx.Node, ...], k: int, order: list[fx.Node], position: dict, blocks: frozenset) -> bool:
+    """Whether a cut after ``order[k]`` may hand on ``values`` (NOTE [Cuts that hand on several tensors])."""
+    if len(values) == 1:
+        return _cuttable(values[0], k, position)
+    if len(values) > MAX_TENSORS or not _block_boundary(order[k], order[k + 1], blocks):
+        return False
+    return all(_crossable(v, k, position) for v in values)
+
+
+# NOTE [Cuts that hand on several tensors]: a position where one stage value is still needed is a
+# cut, as always. A position where several are (at most MAX_TENSORS) is one only between two calls
+# of the model's repeated blocks (T5's and BART's layers, Mixtral's with router logits): there
+# per-block checkpointing holds the same tensors, and a cut inside a block, or between two modules
+# of no block, would only make stages that no user checkpoints, so the cuts of models whose blocks
+# hand on one tensor stay what they were. The values are handed on in graph order, as a tuple.
 def _cut_positions(
     order: list[fx.Node], output: fx.Node, chain_input: fx.Node, input_held: bool
-) -> list[tuple[int, fx.Node]]:
-    """Cuts ``(k, v)``: after ``order[k]``, ``v`` is the only stage value still needed (``v`` is
-    ``order[k]`` or a value that ``order[k]`` or an earlier node changed in place)."""
+) -> list[tuple[int, tuple[fx.Node, ...]]]:
+    """Cuts ``(k, values)``: after ``order[k]``, ``values`` are the stage values still needed
+    (computed by ``order[k]`` or earlier; one, or several: NOTE [Cuts that hand on several tensors])."""
     position = {n: k for k, n in enumerate(order)}
     end = len(order)
     closing: dict[int, list[fx.Node]] = {}
@@ -153,19 +226,21 @@ def _cut_positions(
     if not input_held:  # the chain input is an activation like any other: it must not cross a cut
         held_until = max((position[u] for u in chain_input.users if u in position), default=-1)
     depths = _context_depths(order)
+    blocks = repeated_blocks(order)
     open_values: set[fx.Node] = set()
-    cuts = []
+    cuts: list[tuple[int, tuple[fx.Node, ...]]] = []
     for k in range(end - 1):
         if last_use[order[k]] > k:
             open_values.add(order[k])
         open_values.difference_update(closing.get(k, ()))
-        if len(open_values) == 1 and depths[k] == 0 and k >= held_until:
-            (value,) = open_values
-            # a piece must compute the value it hands on: nodes that read nothing of the previous
-            # piece (a buffer's in-place counter update) join the piece after them
-            fresh = not cuts or cuts[-1][1] is not value
-            if fresh and value is not output and _cuttable(value, k, position):
-                cuts.append((k, value))
+        if not open_values or depths[k] != 0 or k < held_until or output in open_values:
+            continue
+        values = tuple(sorted(open_values, key=position.__getitem__))
+        # a piece must compute something it hands on: nodes that read nothing of the previous
+        # piece (a buffer's in-place counter update) join the piece after them
+        fresh = not cuts or cuts[-1][1] != values
+        if fresh and _allowed(values, k, order, position, blocks):
+            cuts.append((k, values))
     return cuts
 
 
@@ -185,7 +260,7 @@ def plan(step: TrainingStep, gm: fx.GraphModule, examples: list[Any], leaves: li
     cuts = _cut_positions(order, output, chain_input, input_held)
     bounds = [-1, *(k for k, _ in cuts), len(order) - 1]
     pieces = [order[a + 1 : b + 1] for a, b in zip(bounds, bounds[1:], strict=False)]
-    handoffs = [v for _, v in cuts] + [output]
+    handoffs = [v for _, v in cuts] + [(output,)]
     weights = {n for n, s in sources.items() if s.kind in ("param", "buffer")}
     stages, names, kept = merge_by_name(pieces, lambda n: any(d in weights for d in n.all_input_nodes))
     return Plan(

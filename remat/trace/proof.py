@@ -20,6 +20,7 @@ from torch.utils.hooks import RemovableHandle
 
 from remat.model_errors import first_line, where_in_model
 from remat.schedules import RematError
+from remat.trace.boundary import Boundary, can_have_grad, detached, each, is_boundary, tensors
 from remat.trace.capture import TrainingStep
 from remat.trace.chain import Chain
 from remat.trace.cut import cut_step
@@ -89,6 +90,16 @@ def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
 
 
+def _same_boundary(a: Any, b: Any) -> bool:
+    """:func:`_same` for a stage boundary: one tensor, or tuples of them (remat.trace.boundary)."""
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        return (
+            isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b)
+            and all(_same(x, y) for x, y in zip(a, b, strict=True))
+        )  # fmt: skip
+    return _same(a, b)
+
+
 def _first_difference(module: nn.Module, ref: StepResult, got: StepResult) -> str | None:
     if not _same(ref.output, got.output):
         return "output"
@@ -128,13 +139,13 @@ def _run_hooked(run: Callable[[], Any], handles: list[RemovableHandle]) -> None:
             handle.remove()
 
 
-def _stage_outputs(chain: Chain, run: Callable[[], torch.Tensor]) -> list[torch.Tensor | None]:
-    outputs: list[torch.Tensor | None] = [None] * len(chain)
+def _stage_outputs(chain: Chain, run: Callable[[], torch.Tensor]) -> list[Any]:
+    outputs: list[Any] = [None] * len(chain)
 
     def hook(index: int) -> Callable[..., None]:
         def record(_module: nn.Module, _inputs: Any, output: Any) -> None:
-            if isinstance(output, torch.Tensor):
-                outputs[index] = output.detach().clone()
+            if is_boundary(output):
+                outputs[index] = each(lambda t: t.detach().clone(), output)
 
         return record
 
@@ -145,14 +156,14 @@ def _stage_outputs(chain: Chain, run: Callable[[], torch.Tensor]) -> list[torch.
 def _locate_cut(step: TrainingStep, chain: CutChain, saved: _Saved, args: tuple, kwargs: dict, target: Any) -> str:
     """The first stage whose output differs from the traced graph's value at that point."""
     plan_ = chain.plan
-    cuts = [n.name for n in plan_.handoffs]
+    cuts = [tuple(n.name for n in handoff) for handoff in plan_.handoffs]
     leaves = torch.utils._pytree.tree_leaves((args, kwargs, target))
     values = []
     for node in (n for n in plan_.gm.graph.nodes if n.op == "placeholder"):
         source = plan_.sources[node]
         values.append(leaves[source.index] if source.kind == "input" else source.value)
     saved.reset()
-    recorder = _Recorder(plan_.gm, set(cuts))
+    recorder = _Recorder(plan_.gm, {name for names in cuts for name in names})
     with torch.no_grad():
         traced = recorder.run(*values)
         saved.reset()
@@ -162,8 +173,9 @@ def _locate_cut(step: TrainingStep, chain: CutChain, saved: _Saved, args: tuple,
         return "the traced program itself (TorchDynamo's graph differs from the eager model)"
     saved.reset()
     got = _stage_outputs(chain, lambda: chain.run(*args, target=target, **kwargs))
-    for name, node, value in zip(chain.names, cuts, got, strict=True):
-        if value is None or not _same(recorder.kept.get(node), value):
+    for name, names, value in zip(chain.names, cuts, got, strict=True):
+        kept = tuple(recorder.kept.get(node) for node in names)
+        if value is None or not _same_boundary(kept if len(kept) > 1 else kept[0], value):
             return f"stage '{name}'"
     saved.reset()
     traced_step = one_step(step, lambda: torch.utils._pytree.tree_leaves(plan_.gm(*values))[0])
@@ -202,12 +214,16 @@ def _keeper(grads: dict, key: Any) -> Callable[[torch.Tensor], None]:
 
 
 def _chain_grads(chain: CutChain, run: Callable[[], torch.Tensor], grads: dict) -> Callable[[], torch.Tensor]:
-    """``run`` with each stage's output gradient recorded into ``grads[stage index]``."""
+    """``run`` with the gradient of each stage's output (its ``j``-th tensor, for a tuple
+    boundary) recorded into ``grads[stage index, j]``."""
 
     def hook(index: int) -> Callable[..., None]:
         def record(_module: nn.Module, _inputs: Any, output: Any) -> None:
-            if isinstance(output, torch.Tensor) and output.requires_grad:
-                output.register_hook(_keeper(grads, index))
+            if not is_boundary(output):
+                return
+            for j, t in enumerate(tensors(output)):
+                if t.requires_grad:
+                    t.register_hook(_keeper(grads, (index, j)))
 
         return record
 
@@ -230,15 +246,15 @@ def _locate_backward(
     every stage's forward is equal: stage ``k`` receives an equal gradient for its output and hands
     on another one for its input, or (if no hand-off gradient differs) makes other gradients for
     parameters only it uses."""
-    handoffs = [n.name for n in chain.plan.handoffs]
+    handoffs = [tuple(n.name for n in handoff) for handoff in chain.plan.handoffs]
     traced_grads: dict[str, torch.Tensor] = {}
-    recorder = _GradRecorder(gm, set(handoffs), traced_grads)
+    recorder = _GradRecorder(gm, {name for names in handoffs for name in names}, traced_grads)
     traced = one_step(step, lambda: torch.utils._pytree.tree_leaves(recorder.run(*values))[0])
     saved.reset()
-    chain_grads: dict[int, torch.Tensor] = {}
+    chain_grads: dict[tuple[int, int], torch.Tensor] = {}
     cut = one_step(step, _chain_grads(chain, lambda: chain.run(*args, target=target, **kwargs), chain_grads))
     for k in range(len(handoffs) - 2, -1, -1):
-        if not _same(traced_grads.get(handoffs[k]), chain_grads.get(k)):
+        if not all(_same(traced_grads.get(n), chain_grads.get((k, j))) for j, n in enumerate(handoffs[k])):
             return chain.names[k + 1]
     owner: dict[int, int] = {}
     for k, stage in enumerate(chain.stages):
@@ -328,10 +344,12 @@ def _unchanged(now: torch.Tensor, before: torch.Tensor) -> bool:
 class _Inputs:
     """A stage's input and the call's side values, copied, to tell whether a run changed them."""
 
-    def __init__(self, x: torch.Tensor, sides: dict[str, Any]) -> None:
-        self.x, self.sides = x, {k: v for k, v in sides.items() if isinstance(v, torch.Tensor) and v is not x}
+    def __init__(self, x: Boundary, sides: dict[str, Any]) -> None:
+        mine = {id(t) for t in tensors(x)}
+        self.x = tensors(x)
+        self.sides = {k: v for k, v in sides.items() if isinstance(v, torch.Tensor) and id(v) not in mine}
         self.copies = {k: v.detach().clone() for k, v in self.sides.items()}
-        self.x_copy = x.detach().clone()
+        self.x_copy = tuple(t.detach().clone() for t in self.x)
         self.versions = {k: v._version for k, v in self.sides.items()}
 
     def check(self, name: str, stage: nn.Module, kind: str) -> None:
@@ -340,9 +358,11 @@ class _Inputs:
         # ``.data`` does not move the counter, an in-place op that rewrites equal values does)
         moved = sorted(self.sides, key=lambda k: self.sides[k]._version == self.versions[k])
         changed = [k for k in moved if not _unchanged(self.sides[k], self.copies[k])]
-        if changed or not _unchanged(self.x, self.x_copy):
+        inputs = [j for j, (t, c) in enumerate(zip(self.x, self.x_copy, strict=True)) if not _unchanged(t, c)]
+        if changed or inputs:
             what = f"side value '{changed[0]}'" if changed else "its input"
-            op = _mutation_of(stage, f"side_{changed[0]}" if changed else "x")
+            placeholder = "x" if len(self.x) == 1 else f"x{inputs[0] if inputs else 0}"
+            op = _mutation_of(stage, f"side_{changed[0]}" if changed else placeholder)
             raise RematError(f"model: stage '{name}' changes {what} in place ({op}) in {kind}, so it cannot "
                              "run twice (a recompute would see other values); refused")  # fmt: skip
 
@@ -366,27 +386,30 @@ class _Rerun:
             torch.cuda.set_rng_state_all(self.cuda_rng)
 
 
-def _recorded(forward: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, params: list) -> tuple:
-    """``forward`` recording from a leaf of ``x``, then its backward for a fixed weighting of the
-    output: (output, gradients of the leaf and of ``params``), all detached."""
-    leaf = x.detach()
-    if leaf.is_floating_point() or leaf.is_complex():
-        leaf.requires_grad_(True)
+def _recorded(forward: Callable[[Boundary], Boundary], x: Boundary, params: list) -> tuple:
+    """``forward`` recording from a leaf of ``x`` (of each of its tensors), then its backward for a
+    fixed weighting of the output (of each of its tensors that requires grad): (output, gradients
+    of the leaves and of ``params``), all detached."""
+    leaf = each(lambda t: t.detach().requires_grad_(can_have_grad(t)), x)
     with torch.enable_grad():
         out = forward(leaf)
-        targets = ([leaf] if leaf.requires_grad else []) + params
+        targets = [t for t in tensors(leaf) if t.requires_grad] + params
         grads: tuple = ()
-        if isinstance(out, torch.Tensor) and out.requires_grad and targets:
-            weighted = out if out.dim() == 0 else (out * _weight(out)).sum()
+        live = [o for o in tensors(out) if o.requires_grad] if is_boundary(out) else []
+        if live and targets:
+            terms = [o if o.dim() == 0 else (o * _weight(o)).sum() for o in live]
+            weighted = terms[0]
+            for term in terms[1:]:
+                weighted = weighted + term
             grads = torch.autograd.grad(weighted, targets, allow_unused=True)
-    return out.detach(), tuple(None if g is None else g.detach() for g in grads)
+    return detached(out), tuple(None if g is None else g.detach() for g in grads)
 
 
 def _refuse(name: str, why: str) -> RematError:
     return RematError(f"model: stage '{name}' {why}; it cannot be recomputed as the replay runs it; refused")
 
 
-def _no_grad_twice(name: str, stage: nn.Module, x: torch.Tensor, inputs: _Inputs, rerun: _Rerun) -> torch.Tensor:
+def _no_grad_twice(name: str, stage: nn.Module, x: Boundary, inputs: _Inputs, rerun: _Rerun) -> Boundary:
     """The stage as ``F_ck``/``F_n`` run it (under ``no_grad``), twice: no graph, equal outputs."""
     kind = "a no-grad forward (F_ck, F_n)"
     outputs = []
@@ -394,18 +417,19 @@ def _no_grad_twice(name: str, stage: nn.Module, x: torch.Tensor, inputs: _Inputs
         rerun()
         with torch.no_grad():
             out = stage(x)
-            if isinstance(out, torch.Tensor) and out.grad_fn is not None:
-                raise _refuse(name, f"records a graph under no_grad ({out.grad_fn.name()}) in {kind}")
+            recorded = [t.grad_fn for t in (tensors(out) if is_boundary(out) else ()) if t.grad_fn is not None]
+            if recorded:
+                raise _refuse(name, f"records a graph under no_grad ({recorded[0].name()}) in {kind}")
             if torch.is_grad_enabled():
                 raise _refuse(name, f"turns grad back on in {kind}")
         inputs.check(name, stage, kind)
         outputs.append(out)
-    if not _same(outputs[0], outputs[1]):
+    if not _same_boundary(outputs[0], outputs[1]):
         raise _refuse(name, f"gives another output when {kind} runs it again from the same input, side values and RNG")
     return outputs[0]
 
 
-def _recording_kinds(stage: nn.Module, x: torch.Tensor, options: StageOptions | None) -> dict[str, Callable]:
+def _recording_kinds(stage: nn.Module, x: Boundary, options: StageOptions | None) -> dict[str, Callable]:
     """The recording forwards of a stage: ``F_all`` (twice), one whose backward recomputes the
     whole forward (what every option's backward does for the ops it does not keep), each option."""
     kinds: dict[str, Callable] = {"its recording forward (F_all)": stage, "F_all run again": stage}
@@ -417,7 +441,7 @@ def _recording_kinds(stage: nn.Module, x: torch.Tensor, options: StageOptions | 
     return kinds
 
 
-def _check_stage(name: str, stage: nn.Module, x: torch.Tensor, sides: dict, options: StageOptions | None):
+def _check_stage(name: str, stage: nn.Module, x: Boundary, sides: dict, options: StageOptions | None):
     """Run stage ``name`` on ``x`` as every forward kind of the replay runs it; return its output."""
     inputs, rerun = _Inputs(x, sides), _Rerun(stage)
     params = list({id(p): p for p in stage.parameters() if p.requires_grad}.values())
@@ -430,7 +454,7 @@ def _check_stage(name: str, stage: nn.Module, x: torch.Tensor, sides: dict, opti
         with running_stage(name, stage, x, kind):
             out, grads = _recorded(forward, x, params)
         inputs.check(name, stage, kind)
-        if not _same(out, first):
+        if not _same_boundary(out, first):
             raise _refuse(name, f"gives another output in {kind} than in a no-grad forward from the same input")
         if reference is not None and not all(_same(a, b) for a, b in zip(reference, grads, strict=True)):
             raise _refuse(name, f"gives other gradients in {kind} than in its recording forward (F_all)")
@@ -455,7 +479,7 @@ def check_forward_kinds(
         a = chain.bind(*args, target=target, **kwargs)
     sides = dict(chain.context.values)
     for name, stage in zip(chain.names, chain.stages, strict=True):
-        a = _check_stage(name, stage, a.detach(), sides, options)
+        a = _check_stage(name, stage, detached(a), sides, options)
 
 
 def cut_model(

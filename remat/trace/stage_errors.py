@@ -39,6 +39,7 @@ from torch import nn
 
 from remat.model_errors import first_line, where_in_model
 from remat.schedules import RematError
+from remat.trace.boundary import can_have_grad, detached, each, is_boundary, tensors
 from remat.trace.nodes import module_path
 
 _FILE_LINE = re.compile(r'File "([^"]+)", line (\d+)')
@@ -98,14 +99,14 @@ def failing_node(stage: nn.Module, x: Any) -> fx.Node | None:
     if not isinstance(body, fx.GraphModule) or sides is None or context is None:
         return None
     values = getattr(context, "values", {})
-    if any(name not in values for name in sides) or not isinstance(x, torch.Tensor):
+    if any(name not in values for name in sides) or not is_boundary(x):
         return None
-    leaf = x.detach().requires_grad_(x.is_floating_point() or x.is_complex())
-    for grad, first in ((False, x.detach()), (True, leaf)):
+    leaf = each(lambda t: t.detach().requires_grad_(can_have_grad(t)), x)
+    for grad, first in ((False, detached(x)), (True, leaf)):
         locator = _Locator(body)
         with torch.set_grad_enabled(grad):
             try:
-                locator.run(first, *(values[name] for name in sides))
+                locator.run(*tensors(first), *(values[name] for name in sides))
             except Exception:  # noqa: BLE001 - the same error again: the node that raised is what we want
                 return locator.failed
     return None

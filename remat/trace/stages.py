@@ -16,6 +16,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from remat.schedules import RematError
+from remat.trace.boundary import Boundary, tensors
 from remat.trace.chain import Chain
 from remat.trace.grad_mode import within_entry_grad_mode
 from remat.trace.nodes import is_context
@@ -43,18 +44,19 @@ def _attr_module(tensors: list[tuple[str, Any]]) -> nn.Module:
 
 
 def _subgraph(
-    plan_: Plan, nodes: Sequence[fx.Node], first: fx.Node | None, out: Any, side_kinds: tuple[str, ...]
+    plan_: Plan, nodes: Sequence[fx.Node], firsts: Sequence[fx.Node], out: Any, side_kinds: tuple[str, ...]
 ) -> tuple[fx.GraphModule, list[str]]:
-    """A GraphModule computing ``nodes``: placeholder ``first`` (if any), then the side values it
-    reads (names returned); parameters, buffers and constants become its own attributes."""
+    """A GraphModule computing ``nodes``: placeholders ``firsts`` (the stage input: ``x``, or
+    ``x0, x1, ...`` for a tuple boundary), then the side values it reads (names returned);
+    parameters, buffers and constants become its own attributes."""
     inside = set(nodes)
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     attrs: list[tuple[str, Any]] = []
     sides: list[str] = []
-    if first is not None:
-        env[first] = graph.placeholder("x")
-    needed = list(dict.fromkeys(d for n in nodes for d in n.all_input_nodes if d not in inside and d is not first))
+    for k, first in enumerate(firsts):
+        env[first] = graph.placeholder("x" if len(firsts) == 1 else f"x{k}")
+    needed = list(dict.fromkeys(d for n in nodes for d in n.all_input_nodes if d not in inside and d not in env))
     for dep in needed:
         source = plan_.sources.get(dep)
         if source is not None and source.kind in side_kinds:
@@ -82,7 +84,8 @@ def _subgraph(
 
 
 class CutStage(nn.Module):
-    """One stage: ``body(x, *side values of the current call)``."""
+    """One stage: ``body(x, *side values of the current call)``; ``x`` is the stage's input, one
+    tensor or a tuple of them (remat.trace.boundary), and so is what it returns."""
 
     def __init__(self, body: fx.GraphModule, sides: list[str], context: _Context) -> None:
         super().__init__()
@@ -90,9 +93,9 @@ class CutStage(nn.Module):
         self.sides = list(sides)
         self.context = context
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: Boundary) -> Boundary:
         values = self.context.values
-        return self.body(x, *[values[name] for name in self.sides])
+        return self.body(*tensors(x), *[values[name] for name in self.sides])
 
 
 @dataclass(frozen=True)
@@ -125,9 +128,10 @@ class CutChain(Chain):
         self.context = _Context()
         stages = []
         for k, nodes in enumerate(plan_.stages):
-            first = plan_.chain_input if k == 0 else plan_.handoffs[k - 1]
-            out = plan_.handoffs[k]
-            body, sides = _subgraph(plan_, nodes, first, out, side_kinds=("input",))
+            firsts = (plan_.chain_input,) if k == 0 else plan_.handoffs[k - 1]
+            handoff = plan_.handoffs[k]
+            out = handoff[0] if len(handoff) == 1 else handoff
+            body, sides = _subgraph(plan_, nodes, firsts, out, side_kinds=("input",))
             # a stage runs in the mode the replay sets (NOTE [Grad mode inside a stage]) and never
             # changes a side value it reads (remat.trace.repeatable)
             body = within_entry_grad_mode(copy_mutated_sides(body))
@@ -137,7 +141,7 @@ class CutChain(Chain):
         wanted = [n for n in plan_.prelude if n.name in side_names]
         context_nodes = [n for n in plan_.gm.graph.nodes if is_context(n)]
         prelude_nodes = [n for n in plan_.gm.graph.nodes if n in set(plan_.prelude) or n in set(context_nodes)]
-        prelude, self._prelude_inputs = _subgraph(plan_, prelude_nodes, None, tuple(wanted), side_kinds=("input",))
+        prelude, self._prelude_inputs = _subgraph(plan_, prelude_nodes, (), tuple(wanted), side_kinds=("input",))
         self._prelude = within_entry_grad_mode(prelude)  # the caller's grad mode after bind, too
         self._prelude_outputs = [n.name for n in wanted]
         self._input_of = {n.name: s.index for n, s in plan_.sources.items() if s.kind == "input"}

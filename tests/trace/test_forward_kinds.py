@@ -77,8 +77,9 @@ def test_a_stage_leaves_the_grad_mode_as_it_found_it_even_when_its_regions_do_no
 
 
 class SharedShift(nn.Module):
-    """Hands a value from block to block through an in-place change of a side value: the later block
-    reads the changed value, so no copy at the first block's entry keeps the model's function."""
+    """Hands a value from block to block through an in-place change of a side value by a block (it
+    reads the block's activations): the later block reads the changed value, so no copy at the
+    first block's entry keeps the model's function."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -87,7 +88,7 @@ class SharedShift(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shift = torch.zeros(8)
         h = torch.tanh(self.blocks[0](x))
-        shift.add_(1.0)
+        shift.add_(h.detach().mean())
         h = torch.tanh(self.blocks[1](h + shift))
         return self.blocks[2](h) + shift
 
