@@ -37,8 +37,14 @@ class ShapePlan:
 
     @property
     def predicted_peak(self) -> int:
-        """Bytes: the simulator's peak of the schedule on the cut's profile."""
+        """Bytes: the simulator's peak of the schedule on the cut's profile (the replay's step)."""
         return self.schedule.predicted.peak_memory
+
+    @property
+    def side_bytes(self) -> int:
+        """Bytes: the side values the call computes before the replay (masks, rotary tables) and
+        holds through it, beside ``predicted_peak`` (docs/models.md, "Limits")."""
+        return self.cut.side_bytes
 
 
 def _least_schedule(profile: ChainProfile) -> Schedule:

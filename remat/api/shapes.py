@@ -105,6 +105,8 @@ class ShapeCut:
         source: ``"measured"`` or ``"predicted (<growth> in x, from x = a, b, c)"``.
         branch: the mask-branch verdicts pinned in the trace (empty: none).
         seconds: wall time to make it: trace, proof, profile or prediction (s).
+        side_bytes: bytes of the side values ``bind`` computes for a call (masks, rotary tables),
+            held through the step beside the schedule's peak, outside the profile (docs/models.md).
     """
 
     signature: Signature
@@ -113,6 +115,7 @@ class ShapeCut:
     source: str
     branch: tuple
     seconds: float
+    side_bytes: int = 0
 
     @property
     def measured(self) -> bool:
@@ -225,7 +228,7 @@ class ShapeCuts:
         branch = pinned_verdicts(chain.plan.gm)
         if self._compile:
             chain = compile_chain(chain, x)
-        side_bytes = _side_bytes(chain, x)
+        side_bytes = _side_bytes(chain, args, kwargs, target)
         measured = [c for c in self.all() if c.measured]
         guess = predicted_profile(signature, branch, list(chain.names), measured)
         if guess is None:
@@ -243,13 +246,15 @@ class ShapeCuts:
             "profile_source": source,
         }
         profile = dataclasses.replace(profile, metadata=metadata)
-        return ShapeCut(signature, chain, profile, source, branch, time.perf_counter() - start)
+        return ShapeCut(signature, chain, profile, source, branch, time.perf_counter() - start, side_bytes)
 
 
-def _side_bytes(chain: CutChain, x: torch.Tensor) -> int:
-    """Bytes of the side values held for a call besides the inputs (masks, rotary tables, ...)."""
+def _side_bytes(chain: CutChain, args: tuple, kwargs: dict, target: Any) -> int:
+    """Bytes of the side values ``bind`` made for this call (masks, rotary tables, ...): the
+    context's tensors, less the storages of the call's own inputs (allocated before the call)."""
+    inputs = [v for v in pytree.tree_leaves((args, kwargs, target)) if isinstance(v, torch.Tensor)]
     tensors = [v for v in chain.context.values.values() if isinstance(v, torch.Tensor)]
-    return storage_bytes(x, *tensors) - storage_bytes(x)
+    return storage_bytes(*inputs, *tensors) - storage_bytes(*inputs)
 
 
 __all__ = ["ShapeCut", "ShapeCuts", "Signature", "along", "predicted_profile"]
