@@ -18,10 +18,14 @@ T included), then at every distinct measured peak of the ``torch.compile`` point
 1.0 chose); a budget the compiled step cannot meet is refused by remat.compile in one line naming
 its least measured peak, and remat.compile is tried once more at that number (``--no-retry`` skips
 it). Each remat.compile point is a ``remat.compile`` of its own: it times and solves its joint
-graphs anew (nothing is shared between points but inductor's on-disk kernel cache). Then ``remat.checkpoint(..., compile=True)`` (remat's compiled stages: the chain cut, every
-stage compiled by inductor) and ``remat.checkpoint`` (eager stages), each solved at the
+graphs anew (nothing is shared between points but inductor's on-disk kernel cache). Then
+``remat.checkpoint(..., compile=True)`` (remat's compiled stages: the chain cut, every stage
+compiled by inductor) and ``remat.checkpoint`` (eager stages), each solved at the
 ``--stage-budgets`` fractions and at the chain DP's least (``RematModel.with_budget``: one cut and
-one profile per kind).
+one profile per kind). ``remat.checkpoint``'s trace resets dynamo's caches (remat/trace/capture.py),
+so every compiled point built before it compiles again once, in the warm-up of its metered steps:
+``graphs_compiled_while_timing`` counts those; ``peak_at_compile`` (read right after the point
+compiled) against ``measured_peak`` shows whether the rebuilt artifact peaks alike.
 
 Every step is ``loss.backward()`` of the model's own loss (Hugging Face, ``labels=``) or, for
 ResNet-50, of the cross-entropy inside a wrapper module (so that the compiled graphs hold the loss
