@@ -28,7 +28,8 @@ def coarse_grid(monkeypatch):
     """The hierarchical solver at 4 budgets instead of 12 (most of a tiny graph's compile time is
     the front, ~1 s a budget): what these tests check (gradients, RNG, graph breaks, re-solves,
     the allocator against the prediction) holds for whichever candidates the front has; the
-    front's quality is not what these tests check (benchmarks/compile_front.py, issue 26, is not written yet)."""
+    front's quality is not what these tests check: benchmarks/compile_front.py measures it at the
+    full grid against torch.compile's activation_memory_budget (docs/benchmarks.md, issue 26)."""
     import remat.joint.solve
 
     monkeypatch.setattr(remat.joint.solve, "GRID", 4)
