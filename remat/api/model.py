@@ -124,7 +124,7 @@ class RematModel(nn.Module):
 
     def _plan(self, cut: ShapeCut, example: bool = False) -> ShapePlan:
         plan = self._plans.get(id(cut))
-        if plan is not None:
+        if plan is not None and plan.cut is cut:  # a plan holds its cut, so no live id is reused
             return plan
         least = False
         try:
