@@ -171,8 +171,9 @@ def predicted_profile(
 class ShapeCuts:
     """The cuts of one model, per signature and branch, made on demand (see the module docstring).
 
-    ``make_chain(args, kwargs, target)`` traces, cuts and proves the model on a call;
-    ``profile(chain, x, name)`` measures a chain on its chain input. Not thread-safe."""
+    ``make_chain(args, kwargs, target)`` traces, cuts and proves the model on a call; a measured
+    profile takes ``repeats`` timed runs after ``warmup`` (:func:`profile_chain`), on stages
+    compiled first when ``compile``. Not thread-safe."""
 
     def __init__(
         self,
