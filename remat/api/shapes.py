@@ -41,7 +41,7 @@ from remat.runtime.compiled import compile_chain
 from remat.schedules import ChainProfile, RematError
 from remat.solver.plan import GrowthModel, fit_growth
 from remat.trace.branches import OtherBranchError, pinned_verdicts
-from remat.trace.stages import CutChain
+from remat.trace.stages import CutChain, leaf_check
 
 MIN_POINTS = 3  # fit_growth fits 2 sizes and checks 1 at the least
 
@@ -59,14 +59,13 @@ class Signature:
 
     @classmethod
     def of(cls, leaves: list[Any], spec: Any) -> Signature:
-        shapes, tensors, constants, first = [], [], [], {}
-        for i, leaf in enumerate(leaves):
-            if isinstance(leaf, torch.Tensor):
-                shapes.append(tuple(int(d) for d in leaf.shape))
-                tensors.append((i, str(leaf.dtype), leaf.device.type, first.setdefault(id(leaf), i)))
-            else:
-                constants.append((i, repr(leaf)))
-        return cls(tuple(shapes), (repr(spec), tuple(tensors), tuple(constants)))
+        """The signature of a call's flattened inputs: :func:`leaf_check`'s record (the one that
+        ``bind`` validates against), with the shapes apart and every part hashable."""
+        check = leaf_check(leaves, spec)
+        shapes = tuple(shape for _, shape, _, _ in check.tensors)
+        tensors = tuple((i, str(dtype), device) for i, _, dtype, device in check.tensors)
+        constants = tuple((i, repr(value)) for i, value in check.constants)
+        return cls(shapes, (repr(check.spec), tensors, constants, check.aliases))
 
     def text(self) -> str:
         """The tensor shapes, e.g. ``(4, 128), (4, 128)``."""

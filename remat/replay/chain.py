@@ -121,7 +121,7 @@ class _Step:
         self.recorded: dict[int, int] = {}  # abar[i+1] -> the option it was recorded with
         self.g: dict[int, torch.Tensor | None] = {}
         self.params = trainable_params(owner.chain.stages)
-        self.shared = shared_params(owner.chain.stages)
+        self.shared = shared_params(stage.parameters() for stage in owner.chain.stages)
         self.output_ref: weakref.ref | None = None
         self.sink: GradSink | None = None
         devices = accelerator_devices([x, *self.params])

@@ -69,6 +69,7 @@ from remat.runtime.core import (
     ReplayFunction,
     accelerator_devices,
     release_output_grad,
+    shared_params,
     trainable_params,
 )
 from remat.schedules import (
@@ -151,6 +152,7 @@ class _Step:
         self.params_done: set[int] = set()
         self.output_ref: weakref.ref | None = None
         self.params = owner.params
+        self.shared = shared_params(owner.piece_params)
         self.sink: GradSink | None = None
         devices = accelerator_devices([*inputs, *self.params])
         self.recompute = Recomputer(devices, owner.recomputed, owner.piece_buffers.__getitem__, owner.snapshots)

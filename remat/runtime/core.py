@@ -326,8 +326,9 @@ class ReplayFunction(torch.autograd.Function):
     ``backward`` the rest. Inputs: the step, a 0-byte anchor (keeps the node in the graph when
     nothing else requires grad), the number of model inputs, the model inputs, the parameters.
 
-    The step object provides ``forward_phase() -> Tensor`` and
-    ``backward_phase(grad_output, sink) -> tuple`` (one gradient or None per model input).
+    The step object provides ``forward_phase() -> Tensor``,
+    ``backward_phase(grad_output, sink) -> tuple`` (one gradient or None per model input),
+    ``params`` and ``shared`` (:func:`shared_params` of its stages or pieces).
     """
 
     @staticmethod
@@ -343,7 +344,7 @@ class ReplayFunction(torch.autograd.Function):
         if step is None:
             raise RematError("executor: backward through a remat step twice is not supported (no retain_graph)")
         needed = ctx.needs_input_grad[3:]
-        sink = GradSink(step.params, needed[ctx.count :], getattr(step, "shared", frozenset()))
+        sink = GradSink(step.params, needed[ctx.count :], step.shared)
         input_grads = step.backward_phase(grad_output, sink)
         input_grads = tuple(g if need else None for g, need in zip(input_grads, needed[: ctx.count], strict=True))
         return (None, None, None, *input_grads, *sink.returned())
@@ -405,13 +406,13 @@ class GradLayout:
         return laid
 
 
-def shared_params(modules: Iterable[torch.nn.Module]) -> frozenset[int]:
-    """The ids of trainable parameters that more than one of ``modules`` reads (tied weights;
-    NOTE [Shared parameters under gradient accumulation])."""
+def shared_params(groups: Iterable[Iterable[torch.Tensor]]) -> frozenset[int]:
+    """The ids of trainable parameters that more than one group reads (a group: one stage's or
+    piece's parameters; tied weights; NOTE [Shared parameters under gradient accumulation])."""
     seen: set[int] = set()
     shared: set[int] = set()
-    for module in modules:
-        for p in {id(p) for p in module.parameters() if p.requires_grad}:
+    for group in groups:
+        for p in {id(p) for p in group if p.requires_grad}:
             (shared if p in seen else seen).add(p)
     return frozenset(shared)
 

@@ -8,6 +8,9 @@ takes (issue 22, "Cuts as fine as the model's blocks")."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -22,6 +25,9 @@ try:  # first: transformers imports torchvision (remat/models/compat.py)
 except ModuleNotFoundError:
     pass
 transformers = pytest.importorskip("transformers")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from real_models import hf_checkpointing  # noqa: E402  (benchmarks/real_models.py: the same baseline)
 
 SEQ, VOCAB = 32, 500
 SEQ2SEQ = {"d_model": 64, "vocab_size": VOCAB}
@@ -75,13 +81,6 @@ def test_cut_at_every_block_exact_and_least_memory_at_most_per_block_checkpointi
 
     cpu = torch.device("cpu")
     least_peak = step_allocator_peak(model, lambda: least(**inputs), cpu)
-    kwargs = {"use_reentrant": False}
-    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x: the new name
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-    try:
+    with hf_checkpointing(model):
         per_block = step_allocator_peak(model, lambda: model(**inputs).loss, cpu)
-    finally:
-        getattr(model, "activation_checkpointing_disable", model.gradient_checkpointing_disable)()
     assert least_peak <= per_block, (least_peak, per_block)
