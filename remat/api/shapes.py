@@ -52,7 +52,8 @@ class Signature:
 
     ``shapes`` holds each tensor leaf's shape, in leaf order; ``rest`` everything else a trace is
     specialised to (the pytree structure, each tensor's index, dtype and device, the constants
-    and which leaves are the same tensor)."""
+    and which leaves are the same tensor) or profiled for (which leaves require grad: the chain
+    input's gradient is measured only where it is computed)."""
 
     shapes: tuple[tuple[int, ...], ...]
     rest: tuple
@@ -65,11 +66,26 @@ class Signature:
         shapes = tuple(shape for _, shape, _, _ in check.tensors)
         tensors = tuple((i, str(dtype), device) for i, _, dtype, device in check.tensors)
         constants = tuple((i, repr(value)) for i, value in check.constants)
-        return cls(shapes, (repr(check.spec), tensors, constants, check.aliases))
+        return cls(shapes, (repr(check.spec), tensors, constants, check.aliases, check.grads))
 
     def text(self) -> str:
         """The tensor shapes, e.g. ``(4, 128), (4, 128)``."""
         return ", ".join(str(s) for s in self.shapes)
+
+
+def _own_leaves(tree: Any) -> Any:
+    """``tree`` with every tensor replaced by a detached alias of the same storage that requires
+    grad as the original does (one alias per tensor, so inputs that are the same tensor stay so)."""
+    aliases: dict[int, torch.Tensor] = {}
+
+    def own(leaf: Any) -> Any:
+        if not isinstance(leaf, torch.Tensor):
+            return leaf
+        if id(leaf) not in aliases:
+            aliases[id(leaf)] = leaf.detach().requires_grad_(leaf.requires_grad)
+        return aliases[id(leaf)]
+
+    return pytree.tree_map(own, tree)
 
 
 Positions = frozenset  # of (tensor leaf, dimension)
@@ -221,6 +237,9 @@ class ShapeCuts:
 
     def _new(self, signature: Signature, args: tuple, kwargs: dict, target: Any) -> ShapeCut:
         start = time.perf_counter()
+        # the trace, the proof and the profile run on leaves of their own: their backwards must
+        # not reach the user's tensors (a call's input that requires grad got 3x its gradient)
+        args, kwargs, target = _own_leaves((args, kwargs, target))
         chain = self._make_chain(args, kwargs, target)
         if self._cuts:
             self.retraces += 1
@@ -234,7 +253,10 @@ class ShapeCuts:
         if guess is None:
             batch = int(x.shape[0]) if x.dim() > 0 else 1
             name = f"{self._name}-b{batch}-{x.device.type}"
-            profile = profile_chain(chain, x, name=name, repeats=self._repeats, warmup=self._warmup)
+            # g_0 only where the call's input requires grad (which is part of its signature)
+            profile = profile_chain(
+                chain, x, name=name, repeats=self._repeats, warmup=self._warmup, input_grad=x.requires_grad
+            )
             source = "measured"
         else:
             profile, source = guess

@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         largest = tuple(max(points) if axis == dim else n for axis, n in enumerate(shape))
         check_input_fits(largest, parse_dtype(args.dtype), device)
     profiler = chain_profiler(args.model, shape, dim, mode, parse_dtype(args.dtype), device)
-    growth = fit_growth(profiler, points, time_rtol=None if mode == "measured" else 1e-6)
+    growth = fit_growth(profiler, points, time_rtol=None if mode == "measured" else 1e-6, upper=args.max_size)
     fixed, fixed_note = _fixed(args.fixed_bytes, growth.profiles[0])
     budget = memory - fixed
     if budget <= 0:

@@ -71,10 +71,20 @@ _MEMORY_SOURCE = {
 
 
 def profile_stage(
-    stage: nn.Module, x: Boundary, name: str, repeats: int = 5, warmup: int = 2, timed: bool = True
+    stage: nn.Module,
+    x: Boundary,
+    name: str,
+    repeats: int = 5,
+    warmup: int = 2,
+    timed: bool = True,
+    last: bool = False,
+    input_grad: bool = True,
 ) -> tuple[Stage, Boundary, int]:
     """Profile one stage on input ``x``; return its :class:`Stage`, its output (no graph) and the
-    transient bytes of its non-recording forward.
+    transient bytes of its non-recording forward. ``last``: the chain's last stage (its backward
+    holds its output and output gradient; :func:`~remat.profile.stage.record_and_backward_memory`).
+    ``input_grad``: whether the backward computes the input's gradient (the replay computes g_0
+    only for an input that requires grad).
 
     The caller restores buffers/RNG (see :func:`profile_chain`); parameter gradients are expected
     to be pre-allocated.
@@ -89,7 +99,7 @@ def profile_stage(
 
     def forward_record():
         with torch.enable_grad():
-            leaf = grad_leaf(x)
+            leaf = grad_leaf(x, input_grad)
             return leaf, stage(leaf)
 
     backward_setup = recorded(forward_record)
@@ -110,7 +120,7 @@ def profile_stage(
     nograd_overhead = max(0, meter.peak_bytes - output_size)
 
     saved_size, forward_overhead, backward_overhead = record_and_backward_memory(
-        forward_record, run_backward, pre_existing, input_bytes, device
+        forward_record, pre_existing, input_bytes, device, last=last
     )
 
     forward_ms = backward_ms = 0.0  # timed by time_chain, in sequence
@@ -204,6 +214,7 @@ def _measure_stages(
     warmup: int,
     progress: bool,
     stage_times: Callable[[int, str, nn.Module, torch.Tensor], tuple[float, float]] | None,
+    input_grad: bool = True,
 ) -> tuple[list[Stage], list[tuple[float, float]] | None]:
     """Every stage's sizes (bytes; its times left 0), each measured on the previous stage's output
     for ``x``, and, with ``stage_times``, each stage's estimated ``(forward_ms, backward_ms)``."""
@@ -218,7 +229,15 @@ def _measure_stages(
         if estimated is not None:
             fwd, bwd = stage_times(i, chain.names[i], chain.stages[i], x)
             estimated.append((float(fwd), float(bwd)))
-        record, x, _ = profile_stage(chain.stages[i], x, chain.names[i], warmup=warmup, timed=False)
+        record, x, _ = profile_stage(
+            chain.stages[i],
+            x,
+            chain.names[i],
+            warmup=warmup,
+            timed=False,
+            last=i == len(chain) - 1,
+            input_grad=input_grad or i > 0,
+        )
         stages.append(record)
     return stages, estimated
 
@@ -284,6 +303,7 @@ def profile_chain(
     stage_times: Callable[[int, str, nn.Module, torch.Tensor], tuple[float, float]] | None = None,
     timing_note: str | None = None,
     options: bool = False,
+    input_grad: bool | None = None,
 ) -> ChainProfile:
     """Profile every stage of ``model`` (cut by :func:`as_chain`) on ``example_input``.
 
@@ -292,17 +312,22 @@ def profile_chain(
     if given, supplies each stage's ``(forward_ms, backward_ms)`` instead of timing it (required
     for real times on the meta device, see the module docstring); ``timing_note`` then says how
     in the metadata's ``timing``. ``options``: also measure each stage's recording options
-    (:mod:`remat.profile.options`).
+    (:mod:`remat.profile.options`). ``input_grad``: whether stage 0's backward computes the
+    input's gradient g_0 (metadata ``input_grad``); None, yes (the chain model counts g_0, and
+    the replay then computes it for every call); False, only for a replay whose every call has
+    an input that needs no gradient, which then costs what plain autograd's does (a replay
+    refuses an input that requires grad under such a profile).
     """
     chain = as_chain(model)
     device = example_input.device
     meta = device.type == "meta"
     state = ModelState(chain, device)
+    input_grad = True if input_grad is None else bool(input_grad)
     try:
         state.zero_grads()
         x = example_input.detach()
         _warm_up(chain, x, 0 if meta else max(0, warmup))
-        stages, estimated = _measure_stages(chain, x, 0 if meta else warmup, progress, stage_times)
+        stages, estimated = _measure_stages(chain, x, 0 if meta else warmup, progress, stage_times, input_grad)
         forward_ms, backward_ms = _stage_times(chain, example_input, repeats, estimated)
         stages = [
             dataclasses.replace(s, forward_ms=f, backward_ms=b)
@@ -315,7 +340,10 @@ def profile_chain(
         name=name or f"{type(model).__name__.lower()}-b{batch}-{device.type}",
         input_size=allocated_bytes(example_input, device),
         stages=tuple(stages),
-        metadata=_metadata(chain, example_input, batch, repeats, stage_times is not None, timing_note),
+        metadata={
+            **_metadata(chain, example_input, batch, repeats, stage_times is not None, timing_note),
+            "input_grad": input_grad,
+        },
     )
     if options:
         profile = with_measured_options(chain, example_input, profile, repeats)

@@ -42,24 +42,26 @@ from remat.trace.chain import Chain
 
 
 def _measure(
-    stage: nn.Module, x: torch.Tensor, policy: str | None
+    stage: nn.Module, x: torch.Tensor, policy: str | None, last: bool = False, input_grad: bool = True
 ) -> tuple[int, int, int, Callable[[], tuple[float, float]]]:
     """(saved_size, forward_overhead, backward_overhead, sample) of one recording forward of
     ``stage`` on ``x`` with ``policy`` (None: the plain recording forward); ``sample()`` times
     one recording forward and its backward (ms, ms), so that the caller can interleave the
-    options' samples."""
+    options' samples. ``last``: the chain's last stage (as in
+    :func:`~remat.profile.stage.record_and_backward_memory`); ``input_grad``: the input's gradient
+    is computed (as in :func:`~remat.profile.chain.profile_stage`)."""
     device = tensors(x)[0].device
     pre_existing, input_bytes = existing_storages(stage, x)
 
     def forward_record():
-        leaf = grad_leaf(x)
+        leaf = grad_leaf(x, input_grad)
         with torch.enable_grad():
             return leaf, stage(leaf) if policy is None else selective_forward(stage, leaf, policy)
 
     setup = recorded(forward_record)
     run_backward(setup())  # warm-up: the first checkpointed backward builds its caches
     saved, forward_overhead, backward_overhead = record_and_backward_memory(
-        forward_record, run_backward, pre_existing, input_bytes, device
+        forward_record, pre_existing, input_bytes, device, last=last
     )
 
     def sample() -> tuple[float, float]:
@@ -70,12 +72,15 @@ def _measure(
     return saved, forward_overhead, backward_overhead, sample
 
 
-def stage_options(stage: nn.Module, x: torch.Tensor, record: Stage, repeats: int) -> tuple[StageOption, ...]:
-    """The options worth keeping for one stage (see the module doc), measured on its input ``x``."""
+def stage_options(
+    stage: nn.Module, x: torch.Tensor, record: Stage, repeats: int, last: bool = False, input_grad: bool = True
+) -> tuple[StageOption, ...]:
+    """The options worth keeping for one stage (see the module doc), measured on its input ``x``;
+    ``last``: the chain's last stage."""
     names = applicable_policies(stage, x)
     if not names:
         return ()
-    measured = {name: _measure(stage, x, name) for name in [None, *names]}
+    measured = {name: _measure(stage, x, name, last, input_grad) for name in [None, *names]}
     # interleaved samples (plain, option 1, option 2, ..., plain, ...): load hits all alike
     samples: dict[str | None, list[tuple[float, float]]] = {name: [] for name in measured}
     for _ in range(max(1, repeats)):
@@ -111,8 +116,10 @@ def with_measured_options(
     try:
         state.zero_grads()
         x = example_input.detach()
-        for stage, record in zip(chain.stages, profile.stages, strict=True):
-            stages.append(dataclasses.replace(record, options=stage_options(stage, x, record, repeats)))
+        for i, (stage, record) in enumerate(zip(chain.stages, profile.stages, strict=True)):
+            last, input_grad = i == len(chain) - 1, i > 0 or profile.metadata.get("input_grad", True)
+            options = stage_options(stage, x, record, repeats, last, input_grad)
+            stages.append(dataclasses.replace(record, options=options))
             with torch.no_grad():
                 x = stage(x)
     finally:

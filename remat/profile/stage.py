@@ -12,8 +12,9 @@ from torch import nn
 
 from remat.measure.allocator import AllocatorMeter
 from remat.measure.memory import allocated_bytes, storage_key, untracked
+from remat.runtime.release import released_backward
 from remat.trace import boundary
-from remat.trace.boundary import Boundary, boundary_bytes, can_have_grad, ones_like, requires_grad, tensors
+from remat.trace.boundary import Boundary, boundary_bytes, ones_like, tensors
 
 
 class ModelState:
@@ -48,10 +49,10 @@ class ModelState:
 
 def existing_storages(stage: nn.Module, x: Boundary) -> tuple[set, int]:
     """(the storages of ``stage``'s parameters and buffers and of its input ``x``, which a forward
-    does not allocate; the allocator's bytes of ``x``, what its gradient g_i will take: of a tuple
-    boundary, the tensors that can carry a gradient, each storage once)."""
+    does not allocate; the allocator's bytes of ``x``, each storage once: the chain model's a_i,
+    which ``B i`` counts for its gradient g_i)."""
     existing = {storage_key(t) for t in (*stage.parameters(), *stage.buffers(), *tensors(x))}
-    return existing, boundary_bytes(x, only=can_have_grad)
+    return existing, boundary_bytes(x)
 
 
 Recorded = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -77,14 +78,17 @@ def recorded(forward_record: Callable[[], tuple[torch.Tensor, torch.Tensor]]) ->
 
 def record_and_backward_memory(
     forward_record: Callable[[], tuple[torch.Tensor, torch.Tensor]],
-    backward: Callable[[tuple], None],
     pre_existing: set,
-    input_bytes: int,
+    activation_bytes: int,
     device: torch.device,
+    last: bool = False,
 ) -> tuple[int, int, int]:
     """(saved_size, forward_overhead, backward_overhead) in bytes, from one metered recording
-    forward (saved tensors seen by hooks) and its backward. ``pre_existing``: storage keys
-    (:func:`~remat.measure.memory.storage_key`) not to count, from :func:`existing_storages`."""
+    forward (saved tensors seen by hooks) and its backward, run as the replay runs ``B i``.
+    ``pre_existing``: storage keys (:func:`~remat.measure.memory.storage_key`) not to count, from
+    :func:`existing_storages`, as is ``activation_bytes`` (a_i). ``last``: the chain's last stage,
+    whose output and output gradient the replay cannot release early (the caller holds the one,
+    autograd the other)."""
     saved: dict = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
@@ -96,24 +100,29 @@ def record_and_backward_memory(
     with AllocatorMeter(device) as meter:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             leaf, rec_out = forward_record()
-        for t in tensors(rec_out):
-            saved[storage_key(t)] = allocated_bytes(t, device)
+        saved.update(
+            (storage_key(t), allocated_bytes(t, device)) for t in tensors(rec_out)
+        )  # no loop variable holds the output
         meter.mark("output gradient")
         grad_out = ones_like(rec_out)
+        grad_bytes = boundary_bytes(rec_out, device, only=lambda t: t.requires_grad)  # g[i+1]
         meter.mark("backward")
-        backward((leaf, rec_out, grad_out))
-        gradient_bytes = input_bytes if requires_grad(leaf) else 0
-        del leaf, rec_out, grad_out
+        # NOTE [Early release at a stage's backward]: the replay's B i, references and all
+        pending = [(rec_out, grad_out)]
+        del rec_out, grad_out
+        released_backward(pending, release=not last)
+        del leaf
     record, _, back = meter.phases
     # what stays allocated after the recording forward is what F_all holds (abar); the allocator
     # may see more than the saved tensors (buffers a kernel keeps for its backward), never less.
-    # The simulator's B adds g_i = a_i's size; with no input gradient (token ids) that is an
-    # over-estimate of input_bytes, which the overhead cannot go below 0 to compensate.
-    return (
-        max(sum(saved.values()), record.end),
-        max(0, record.peak - record.end),
-        max(0, back.peak - back.start - gradient_bytes),
-    )
+    saved_size = max(sum(saved.values()), record.end)
+    # B i's peak in the chain model is before + a_i + backward_overhead (g_i counted at a_i's
+    # size), so the overhead is the backward's rise above what it started with, less a_i. It is
+    # below 0 when the backward frees part of abar[i+1] and g[i+1] before its peak (early
+    # release), or when g_i is smaller than a_i or absent (token ids, an input that needs no
+    # gradient); never below freeing all of abar[i+1] and g[i+1] (docs/model.md, "Chains").
+    rise = back.peak - back.start - activation_bytes
+    return saved_size, max(0, record.peak - record.end), max(rise, -(saved_size + grad_bytes))
 
 
 __all__ = ["ModelState", "Recorded", "existing_storages", "record_and_backward_memory", "recorded", "run_backward"]

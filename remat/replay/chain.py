@@ -25,9 +25,15 @@ tensors exactly as in the simulator (docs/model.md):
 Dropping an item drops the executor's last reference, so the memory is freed when the simulator
 says. Consistency choices (explained in the report of issue 5):
 
-* ``g[0]`` is always computed (the input's leaf requires grad even when the caller's input does
-  not), because the chain model counts it at ``B 0``; it is returned to the caller only if the
-  input requires grad. A non-float input (token ids) cannot have a gradient: there g[0] is absent.
+* ``g[0]`` is computed where the profile counts it (metadata ``input_grad``, true unless the
+  profile says otherwise, docs/model.md) or the caller's input requires grad; it is returned only
+  in the second case. A profile measured without it (``remat.checkpoint``'s, for an input that
+  needs no gradient: an image batch) lets ``B 0`` cost what plain autograd's does (a conv's input
+  gradient on CPU has its own column buffer) and refuses an input that requires grad, in one
+  line. A non-float input (token ids) cannot have a gradient: there g[0] is absent.
+* Each ``B i`` hands the stage's output and output gradient to autograd and keeps no reference
+  (NOTE [Early release at a stage's backward], remat.runtime.release), so they are freed as
+  autograd goes, as the profile measured.
 * ``g[n]`` is the gradient autograd hands to the Function's backward; autograd itself holds that
   tensor until the Function's backward returns, so after ``B n-1`` its storage is released
   (``resize_(0)``) when nothing else can see it (the simulator frees g[n] after ``B n-1``).
@@ -60,8 +66,9 @@ from remat.runtime.core import (
     trainable_params,
 )
 from remat.runtime.policies import require_policy, restored_buffers, selective_forward
+from remat.runtime.release import released_backward
 from remat.schedules import ChainProfile, Op, RematError, Schedule, ScheduleError, Stage, parse_ops, simulate
-from remat.trace.boundary import Boundary, backward, detached, each, like, requires_grad, tensors
+from remat.trace.boundary import Boundary, detached, each, like, requires_grad, tensors
 from remat.trace.chain import Chain, as_chain
 
 
@@ -117,6 +124,8 @@ class _Step:
         self.owner = owner
         self.n = len(owner.chain)
         self.a: dict[int, torch.Tensor] = {0: x}
+        # g_0 for an input that requires grad, or where the profile counts it (input_grad)
+        self.input_grad = requires_grad(x) or owner.input_grad_profiled
         self.abar: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.recorded: dict[int, int] = {}  # abar[i+1] -> the option it was recorded with
         self.g: dict[int, torch.Tensor | None] = {}
@@ -146,7 +155,7 @@ class _Step:
         inp = self._input(i)
         with self.recompute.running(i):
             if op == "F_all":
-                leaf = grad_leaf(inp)
+                leaf = grad_leaf(inp, i > 0 or self.input_grad)
                 with torch.enable_grad():
                     if option:
                         out = selective_forward(stage, grad_input(leaf), self.owner.option_names[i, option])
@@ -173,36 +182,43 @@ class _Step:
         g_out = self.g.pop(i + 1)
         layouts = each(GradLayout, leaf)  # NOTE [Gradient layout at a cut], per tensor of a tuple
         if requires_grad(out) and any(g is not None for g in tensors(g_out)):
+            # the backward gets the only references to out and g_out (NOTE [Early release at a
+            # stage's backward]): autograd frees them as it goes, as the profile measured; the
+            # last stage's run the plain backward (autograd holds g[n]; the profile so measured)
+            pending = [(out, g_out)]
+            del out, g_out
             if option:  # the backward reruns part of the forward: keep buffers as they are
                 with restored_buffers(self.owner.chain.stages[i]):
-                    self._stage_backward(i, leaf, out, g_out)
+                    self._stage_backward(i, leaf, pending)
             else:
-                self._stage_backward(i, leaf, out, g_out)
+                self._stage_backward(i, leaf, pending)
+        else:
+            del out, g_out
         # every tensor of the input that requires grad gets its gradient; one that cannot (an
         # int mask handed on beside the hidden state) has none
         self.g[i] = like(leaf, [
             layout.take(t) if t.requires_grad else None
             for layout, t in zip(tensors(layouts), tensors(leaf), strict=True)
         ])  # fmt: skip
-        del leaf, out, g_out, layouts
+        del leaf, layouts
         if i != 0:
             self.a.pop(i, None)
         release_output_grad(release, self.output_ref)
 
-    def _stage_backward(self, i: int, leaf: Boundary, out: Boundary, g_out: Boundary) -> None:
-        sink = self.sink
+    def _stage_backward(self, i: int, leaf: Boundary, pending: list) -> None:
+        sink, release = self.sink, i != self.n - 1
         if sink is None:
-            backward(out, g_out)
+            released_backward(pending, release=release)
             return
         if sink.everything:  # loss.backward(): accumulate wherever autograd reaches
             with sink.collecting(list(self.owner.chain.stages[i].parameters())):
-                backward(out, g_out)
+                released_backward(pending, release=release)
             return
         params = sink.targets(self.owner.chain.stages[i].parameters())
         targets = [t for t in tensors(leaf) if t.requires_grad] + params
         if targets:
             with sink.collecting(params):
-                backward(out, g_out, inputs=targets)
+                released_backward(pending, inputs=targets, release=release)
 
     def _run_observed(self, position: int, op: Op, grad_output: torch.Tensor | None = None) -> None:
         observer = self.owner.observer
@@ -268,12 +284,21 @@ class RematChain(nn.Module):
         forwards = Counter(op[1] for op in self.ops if op[0] != "B")
         self.recomputed = frozenset(i for i, count in forwards.items() if count > 1)
         self.snapshots = BufferSnapshots(count_rng_reads=True)  # the chain profile covers them
+        self.profile_without_input_grad = profile is not None and not profile.metadata.get("input_grad", True)
+        # without a profile nothing is predicted: g_0 only where plain autograd computes it
+        self.input_grad_profiled = profile is not None and profile.metadata.get("input_grad", True)
         # called as observer(position, op, index, "before" | "after") around every op (measurement)
         self.observer = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not torch.is_grad_enabled() or not self.training:
             return self.chain(x)
+        if requires_grad(x) and self.profile_without_input_grad:
+            raise RematError(
+                "executor: the input requires grad, but the profile was measured for an input that needs "
+                "none (metadata input_grad: false; its stage 0 backward computes no g_0): profile with "
+                "an example input that requires grad"
+            )
         step = _Step(self, x)
         # a 0-byte leaf that requires grad puts the Function in the graph even when neither x nor
         # any parameter requires grad (parameters are inputs so torch.autograd.grad can reach them)

@@ -143,7 +143,11 @@ def _validated_option(option: Any, stage: Stage, path: str) -> StageOption:
         saved_size=check_size(option.saved_size, f"{path}.saved_size"),
         backward_ms=check_time(option.backward_ms, f"{path}.backward_ms"),
         forward_overhead=check_size(option.forward_overhead, f"{path}.forward_overhead"),
-        backward_overhead=check_size(option.backward_overhead, f"{path}.backward_overhead"),
+        backward_overhead=check_size(
+            option.backward_overhead,
+            f"{path}.backward_overhead",
+            minimum=-(check_size(option.saved_size, f"{path}.saved_size") + stage.output_size),
+        ),
     )
     if checked.saved_size < stage.output_size:
         raise ProfileError(f"{path}.saved_size: must be >= the stage's output_size (saved includes the output)")
@@ -165,7 +169,16 @@ def _validated_stage(stage: Stage, path: str) -> Stage:
         output_size=check_size(stage.output_size, f"{path}.output_size"),
         saved_size=check_size(stage.saved_size, f"{path}.saved_size"),
         forward_overhead=check_size(stage.forward_overhead, f"{path}.forward_overhead"),
-        backward_overhead=check_size(stage.backward_overhead, f"{path}.backward_overhead"),
+        # may be negative: what the backward frees of abar[i+1] and g[i+1] before its peak (early
+        # release), never more than both (docs/model.md, "Chains")
+        backward_overhead=check_size(
+            stage.backward_overhead,
+            f"{path}.backward_overhead",
+            minimum=-(
+                check_size(stage.saved_size, f"{path}.saved_size")
+                + check_size(stage.output_size, f"{path}.output_size")
+            ),
+        ),
         param_size=check_size(stage.param_size, f"{path}.param_size"),
         forward_nograd_overhead=None
         if stage.forward_nograd_overhead is None

@@ -98,7 +98,9 @@ def profile_arrays(profile) -> tuple[np.ndarray, ...] | None:
     int64 arithmetic (then only the reference simulator, in Python integers, is used)."""
     stages = profile.stages
     act = [profile.activation_size(i) for i in range(profile.length + 1)]
-    total = sum(act) + sum(s.saved_size + s.forward_overhead + s.nograd_overhead + s.backward_overhead for s in stages)
+    total = sum(act) + sum(
+        s.saved_size + s.forward_overhead + s.nograd_overhead + abs(s.backward_overhead) for s in stages
+    )
     if total >= 1 << 62:
         return None
     return (

@@ -17,16 +17,18 @@ from typing import Any
 from remat.schedules.errors import ProfileError
 
 
-def check_size(value: Any, path: str) -> int:
-    """``value`` as a size in bytes (an integral float up to 2**53 is taken), or a ProfileError naming ``path``."""
+def check_size(value: Any, path: str, minimum: int = 0) -> int:
+    """``value`` as a size in bytes (an integral float up to 2**53 is taken), at least ``minimum``
+    (0 unless a field may be negative: a backward's net transient), or a ProfileError naming ``path``."""
+    kind = "a non-negative integer number of bytes" if minimum == 0 else f"an integer number of bytes >= {minimum}"
     if isinstance(value, bool) or not isinstance(value, int):
         # an integral float is a size only where floats are exact (JSON writers may emit 1e6)
         if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
             value = int(value)
         else:
-            raise ProfileError(f"{path}: must be a non-negative integer number of bytes, got {value!r}")
-    if value < 0:
-        raise ProfileError(f"{path}: must be a non-negative integer number of bytes, got {value}")
+            raise ProfileError(f"{path}: must be {kind}, got {value!r}")
+    if value < minimum:
+        raise ProfileError(f"{path}: must be {kind}, got {value}")
     return value
 
 

@@ -145,7 +145,8 @@ class GrowthModel:
         return values
 
     def profile_at(self, x: int) -> ChainProfile:
-        """The chain predicted at size ``x``: sizes rounded up to whole bytes, times floats, both >= 0.
+        """The chain predicted at size ``x``: sizes rounded up to whole bytes (>= 0 but
+        ``backward_overhead``, which may be negative), times floats >= 0.
         A profiled size returns its real profile. Memoized per model (a search touches ~2 log2 x sizes)."""
         if x in self.points:
             return self.profiles[self.points.index(x)]
@@ -155,8 +156,12 @@ class GrowthModel:
         input_size = max(0, math.ceil(next(values)))
         stages = []
         for stage in self.profiles[0].stages:
-            sizes = {f: max(0, math.ceil(next(values))) for f in SIZE_FIELDS}
+            sizes = {f: math.ceil(next(values)) for f in SIZE_FIELDS}
+            sizes = {f: v if f == "backward_overhead" else max(0, v) for f, v in sizes.items()}
             sizes["saved_size"] = max(sizes["saved_size"], sizes["output_size"])
+            # the one signed field (early release, docs/model.md): never below freeing abar and g
+            floor = -(sizes["saved_size"] + sizes["output_size"])
+            sizes["backward_overhead"] = max(sizes["backward_overhead"], floor)
             times = {f: max(0.0, float(next(values))) for f in TIME_FIELDS}
             stages.append(Stage(name=stage.name, **sizes, **times))
         first = self.profiles[0]
@@ -211,6 +216,7 @@ def fit_growth(
     max_degree: int = 3,
     time_rtol: float | None = 1e-6,
     known: Mapping[int, ChainProfile] | None = None,
+    upper: int | None = None,
 ) -> GrowthModel:
     """Fit every field of the chain, separately, with the lowest polynomial degree that reproduces
     all other profiled sizes (sizes to the byte, times within ``time_rtol``; None: times not
@@ -220,7 +226,9 @@ def fit_growth(
 
     ``profile_at(x)`` profiles the real model at size ``x``; ``sizes`` (at least 3 increasing
     positive integers) are profiled first (``known`` profiles are reused), then one more size (the
-    same spacing again) while a field needs it to tell its degree, up to max_degree + 2 sizes."""
+    same spacing again) while a field needs it to tell its degree, up to max_degree + 2 sizes, and
+    never above ``upper`` (the largest size a search may ask for): a field still undecided there is
+    interpolated piecewise-linearly between the profiled sizes."""
     xs = sorted({int(x) for x in sizes})
     if len(xs) < 3 or len(xs) != len(sizes) or xs[0] < 1 or list(sizes) != xs:
         raise RematError(f"--points: need at least 3 increasing positive sizes (fit 2, check 1), got {list(sizes)}")
@@ -248,9 +256,12 @@ def fit_growth(
                 return abs(float(got) - float(want)) <= time_rtol * max(abs(float(want)), 1e-12)
 
             degrees.append(_degree(points, ys, max_degree, close))
+        following = points[-1] + (points[-1] - points[-2])
+        if None in degrees and upper is not None and following > upper:
+            degrees = [PIECEWISE if d is None else d for d in degrees]
         if None not in degrees:
             return GrowthModel(tuple(points), tuple(chosen.values()), tuple(degrees), time_rtol)
-        xs = [*points, points[-1] + (points[-1] - points[-2])]
+        xs = [*points, following]
 
 
 def overhead(schedule: Schedule) -> float:
@@ -365,7 +376,7 @@ def confirmed_largest(
         if all(not mismatches(growth, p, x, growth.time_rtol) for x, p in real.items()):
             return fit, growth
         known = dict(zip(growth.points, growth.profiles, strict=True)) | real
-        growth = fit_growth(profile_at, growth.points[:3], time_rtol=growth.time_rtol, known=known)
+        growth = fit_growth(profile_at, growth.points[:3], time_rtol=growth.time_rtol, known=known, upper=upper)
     raise RematError(f"the growth model still mispredicts the {strategy} answer after {rounds} refinements")
 
 

@@ -106,18 +106,21 @@ class LeafCheck:
     tensors: tuple[tuple[int, tuple[int, ...], torch.dtype, str], ...]
     constants: tuple[tuple[int, Any], ...]
     aliases: tuple[tuple[int, int], ...]
+    grads: tuple[int, ...] = ()  # the tensor leaves that require grad (the profile's input_grad)
 
 
 def leaf_check(leaves: list[Any], spec: Any) -> LeafCheck:
     """The :class:`LeafCheck` of the example call's flattened inputs ``leaves`` (pytree ``spec``)."""
-    tensors, constants, aliases, first = [], [], [], {}
+    tensors, constants, aliases, grads, first = [], [], [], [], {}
     for i, leaf in enumerate(leaves):
         if isinstance(leaf, torch.Tensor):
             tensors.append((i, tuple(leaf.shape), leaf.dtype, leaf.device.type))
             aliases.append((i, first.setdefault(id(leaf), i)))
+            if leaf.requires_grad:
+                grads.append(i)
         else:
             constants.append((i, leaf))
-    return LeafCheck(spec, tuple(tensors), tuple(constants), tuple(aliases))
+    return LeafCheck(spec, tuple(tensors), tuple(constants), tuple(aliases), tuple(grads))
 
 
 class CutChain(Chain):

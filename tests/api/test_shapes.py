@@ -243,3 +243,25 @@ def test_a_batch_the_model_cannot_take_is_one_line_and_the_loop_goes_on():
     assert wrapped.retraces == 0  # nothing was cut for it
     wrapped(**_tokens(2, 10)).backward()  # the next batch trains
     assert wrapped.retraces == 1
+
+
+def test_an_input_that_requires_grad_is_cut_on_its_own_and_gets_the_plain_gradient():
+    """Which inputs require grad is part of a call's signature: an image batch that needs none is
+    profiled without g_0 (plain autograd computes none), a call whose input requires grad gets its
+    own cut that computes it, and the trace, proof and profile of that cut leave the user's
+    tensor alone (its gradient is the one step's, not three times it)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 16))
+    x = torch.randn(32, 16)
+    wrapped = remat.checkpoint(model, (x,), budget=1.0, loss=lambda out: out.pow(2).mean(), repeats=1, warmup=0)
+    assert wrapped.plan_for(x).cut.profile.metadata["input_grad"] is False
+    leaf = x.clone().requires_grad_()
+    model(leaf).pow(2).mean().backward()
+    want = [leaf.grad.clone(), *(p.grad.clone() for p in model.parameters())]
+    for p in model.parameters():
+        p.grad = None
+    mine = x.clone().requires_grad_()
+    wrapped(mine).backward()
+    assert wrapped.retraces == 1
+    assert wrapped.plan_for(mine).cut.profile.metadata["input_grad"] is True
+    assert all(torch.equal(a, b) for a, b in zip([mine.grad, *(p.grad for p in model.parameters())], want, strict=True))

@@ -271,7 +271,10 @@ def test_sizes_the_model_cannot_take_are_one_line_errors_unless_excluded(capsys)
     assert err.startswith("remat: error: profiling the model at input dimension 1 =") and "\n" not in err
     assert main([*args, "--max-size", "64"]) == 0
     out = capsys.readouterr().out
-    assert "quadratic in dim 1" in out and "65 not searched" in out
+    # the embedding's backward transient is a maximum of two lines: undecided at 64, the largest
+    # size a search may ask for, it is interpolated between the profiled sizes, never profiled at 80
+    assert "quadratic with piecewise-linear fields in dim 1" in out and "65 not searched" in out
+    assert "piecewise linear: 1 fields (stage 0 (embed) backward_overhead)" in out
 
 
 @pytest.mark.slow
@@ -283,7 +286,8 @@ def test_planned_batch_runs_within_the_memory_and_the_next_does_not_fit(tmp_path
     args = ["plan", "--model", spec, "--input-shape", "4,64", "--memory", str(memory), "--fixed-bytes", str(fixed)]
     assert main([*args, "--max-overhead", "30%", "-o", str(schedule),
                  "--save-profile", str(profile)]) == 0  # fmt: skip
-    planned = json.loads(profile.read_text())["metadata"]["growth"]["x"]
+    saved = json.loads(profile.read_text())["metadata"]  # a predicted profile, or the real one plan confirmed
+    planned = saved["growth"]["x"] if "growth" in saved else saved["batch_size"]
     assert planned > 4
     capsys.readouterr()
     shape = f"{planned},64"

@@ -63,6 +63,12 @@ _DELETE = object()
 # (case id, builder, expected message, exactly or as a regex)
 CHAIN_CASES = [
     (
+        "backward overhead below freeing abar and g",
+        ("stages", 2, "backward_overhead"),
+        -41,
+        "stages[2].backward_overhead: must be an integer number of bytes >= -40, got -41",
+    ),
+    (
         "saved<output",
         ("stages", 3, "saved_size"),
         9,
@@ -317,3 +323,18 @@ def test_cli_subprocess_no_traceback(tmp_path):
             [sys.executable, "-m", "remat", "solve", profile], capture_output=True, text=True, cwd=ROOT
         ).stderr
     )
+
+
+def test_a_backward_overhead_may_be_negative_down_to_freeing_abar_and_its_gradient() -> None:
+    """Early release (docs/model.md): -(saved_size + output_size) loads, through the schema too, and
+    the simulator's B peak goes below before + g_i by it."""
+    from remat.schedules import simulate
+    from remat.schedules.schema import schema_errors
+
+    data = _set(_chain(), ("stages", 4, "backward_overhead"), -40)
+    assert schema_errors(data, "remat-chain-v1") == []
+    profile = profile_from_dict(data)
+    assert profile.stages[4].backward_overhead == -40
+    ops = [("F_all", i) for i in range(5)] + [("B", i) for i in reversed(range(5))]
+    first_b = simulate(profile, ops).timeline[5]
+    assert first_b.peak == first_b.memory_before + 10 - 40

@@ -78,7 +78,9 @@ def segment_arrays(profile: ChainProfile) -> SegmentArrays:
     """The arrays of :class:`SegmentArrays` for ``profile``."""
     st = profile.stages
     act_list = [profile.activation_size(i) for i in range(profile.length + 1)]
-    total = sum(act_list) + sum(s.saved_size + s.forward_overhead + s.nograd_overhead + s.backward_overhead for s in st)
+    total = sum(act_list) + sum(
+        s.saved_size + s.forward_overhead + s.nograd_overhead + abs(s.backward_overhead) for s in st
+    )
     dtype = np.int64 if total < 1 << 61 else object
     act = np.array(act_list, dtype=dtype)
     saved = np.array([s.saved_size for s in st], dtype=dtype)

@@ -56,7 +56,11 @@ def chain_to_graph(chain: ChainProfile) -> GraphProfile:
         stage = chain.stages[i]
         index = len(nodes)
         nodes.append(
-            GraphNode(f"B{i}", stage.backward_ms, chain.activation_size(i), True, overhead=stage.backward_overhead)
+            # a graph node's overhead is >= 0: a negative backward_overhead (early release, docs/
+            # model.md) is taken as 0, which over-estimates the graph's peak, never under
+            GraphNode(
+                f"B{i}", stage.backward_ms, chain.activation_size(i), True, overhead=max(0, stage.backward_overhead)
+            )
         )
         inputs = [forward[i], previous] + ([forward[i - 1]] if i > 0 else [])
         edges.extend((u, index) for u in sorted(inputs))

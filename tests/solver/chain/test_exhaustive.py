@@ -103,21 +103,30 @@ def _nograd(rng: random.Random, unit: int) -> int | None:
     return None if choice is None else choice * unit
 
 
-def random_chain(rng: random.Random, n: int, unit: int = 1, nograd: bool = False) -> ChainProfile:
+def _released(rng: random.Random, out: int, saved: int, unit: int) -> int:
+    """A backward overhead that may be negative (early release, docs/model.md), down to its floor."""
+    return rng.choice([-(saved + out), -out, -unit, 0, 2 * unit])
+
+
+def random_chain(
+    rng: random.Random, n: int, unit: int = 1, nograd: bool = False, release: bool = False
+) -> ChainProfile:
     """Small integer sizes (times ``unit`` bytes) and random times: exact for slot size ``unit``.
-    With ``nograd``, stages also get a non-recording forward transient of their own."""
+    With ``nograd``, stages also get a non-recording forward transient of their own; with
+    ``release``, backward overheads that may be negative."""
     stages = []
     for i in range(n):
         out = rng.randint(1, 4) * unit
+        saved = out + rng.randint(0, 4) * unit
         stages.append(
             Stage(
                 name=f"s{i}",
                 forward_ms=round(rng.uniform(0.5, 3.0), 3),
                 backward_ms=round(rng.uniform(0.5, 5.0), 3),
                 output_size=out,
-                saved_size=out + rng.randint(0, 4) * unit,
+                saved_size=saved,
                 forward_overhead=rng.choice([0, 0, 1, 2]) * unit,
-                backward_overhead=rng.choice([0, 0, 1, 3]) * unit,
+                backward_overhead=_released(rng, out, saved, unit) if release else rng.choice([0, 0, 1, 3]) * unit,
                 forward_nograd_overhead=_nograd(rng, unit) if nograd else None,
             )
         )
@@ -174,6 +183,27 @@ def test_dp_equals_persistent_optimum_when_sizes_are_slot_multiples():
         assert true is not None and dp >= true.cost - 1e-9
         seen += 1
     assert seen > 60
+
+
+def test_dp_equals_persistent_optimum_with_negative_backward_overheads():
+    """Backward overheads below 0, down to freeing all of abar[i+1] and g[i+1] (early release): at
+    every integer budget the DP is the exact persistent optimum of the search, never below the
+    true optimum, and its claimed peak is the simulator's."""
+    rng = random.Random(31)
+    feasible = 0
+    for _ in range(8):
+        profile = random_chain(rng, rng.randint(2, 4), release=True)
+        for budget in range(profile.input_size, store_all_peak(profile) + 1):
+            true, persistent, dp = compare(profile, budget, slots=None)
+            if persistent is None:
+                assert dp is None, (profile, budget)
+                continue
+            assert dp is not None and math.isclose(dp, persistent.cost, rel_tol=1e-9), (profile, budget)
+            assert true is not None and dp >= true.cost - 1e-9
+            schedule = solve(profile, budget, "optimal", slots=max(1, budget - profile.input_size))
+            assert simulate(profile, schedule.ops).peak_memory == schedule.predicted.peak_memory <= budget
+            feasible += 1
+    assert feasible > 20
 
 
 @pytest.mark.slow

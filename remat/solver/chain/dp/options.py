@@ -102,7 +102,7 @@ def _option_arrays(profile: ChainProfile) -> tuple[np.ndarray, ...]:
 
 def _check_option_limits(profile: ChainProfile) -> None:
     check_limits(profile)
-    extra = sum(o.saved_size + o.forward_overhead + o.backward_overhead for s in profile.stages for o in s.options)
+    extra = sum(o.saved_size + o.forward_overhead + abs(o.backward_overhead) for s in profile.stages for o in s.options)
     if extra >= 1 << 60:
         raise RematError("optimal: the stages' options add up to more bytes than the DP table's integers hold")
 

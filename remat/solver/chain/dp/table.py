@@ -132,7 +132,7 @@ MAX_STAGES = (1 << 31) - 2  # split points are stored as int32 decisions
 def check_limits(profile: ChainProfile) -> None:
     """Raise :class:`RematError` for a chain the table's integers cannot hold (sizes in bytes)."""
     total = profile.input_size + sum(
-        s.output_size + s.saved_size + s.forward_overhead + s.backward_overhead + s.nograd_overhead
+        s.output_size + s.saved_size + s.forward_overhead + abs(s.backward_overhead) + s.nograd_overhead
         for s in profile.stages
     )
     if total >= MAX_TOTAL_BYTES:
