@@ -117,6 +117,8 @@ def profile_stage(
     if _aliased(stage, x, out):
         raise RematError(f"stage '{name}': its output is a view of its input or a parameter; merge it with a neighbour")
     output_size = boundary_bytes(out, device)
+    inputs = set(storage_keys(x))
+    handed_on = boundary_bytes(out, device, only=lambda t: storage_key(t) in inputs)  # a_i's, unchanged
     nograd_overhead = max(0, meter.peak_bytes - output_size)
 
     saved_size, forward_overhead, backward_overhead = record_and_backward_memory(
@@ -134,11 +136,12 @@ def profile_stage(
         forward_ms=forward_ms,
         backward_ms=backward_ms,
         output_size=output_size,
-        saved_size=max(saved_size, output_size),
+        saved_size=max(saved_size, output_size - handed_on),
         forward_overhead=int(forward_overhead),
         forward_nograd_overhead=int(nograd_overhead),
         backward_overhead=int(backward_overhead),
         param_size=int(param_size),
+        handed_on=int(handed_on),
     )
     return record, detached(out), nograd_overhead
 
@@ -146,7 +149,7 @@ def profile_stage(
 def _aliased(stage: nn.Module, x: Boundary, out: Boundary) -> bool:
     """Whether ``out`` shares storage with a parameter or buffer of ``stage``, or with its input;
     of a tuple boundary, a tensor handed on unchanged from the input is no alias (it is what
-    the next stage reads: counted in both boundaries, remat.trace.boundary)."""
+    the next stage reads: :attr:`~remat.schedules.Stage.handed_on`)."""
     weights = {storage_key(t) for t in (*stage.parameters(), *stage.buffers())}
     inputs = set(storage_keys(x))
     passed = inputs if isinstance(out, tuple) else set()

@@ -93,7 +93,7 @@ def stage_options(
     found = []
     for name in names:
         saved, fo, bo, _ = measured[name]
-        saved = max(saved, record.output_size)
+        saved = max(saved, record.output_size - record.handed_on)  # what it hands on is a_i's
         backward_ms = record.backward_ms + max(0.0, extra(name))
         found.append(StageOption(name, int(saved), float(backward_ms), int(fo), int(bo)))
     kept: list[StageOption] = []

@@ -100,9 +100,11 @@ def record_and_backward_memory(
     with AllocatorMeter(device) as meter:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             leaf, rec_out = forward_record()
+        # the output, but for what is a_i's, handed on unchanged (Stage.handed_on); no loop
+        # variable may hold the output past here (it would keep it through the backward)
         saved.update(
-            (storage_key(t), allocated_bytes(t, device)) for t in tensors(rec_out)
-        )  # no loop variable holds the output
+            (storage_key(t), allocated_bytes(t, device)) for t in tensors(rec_out) if storage_key(t) not in pre_existing
+        )
         meter.mark("output gradient")
         grad_out = ones_like(rec_out)
         grad_bytes = boundary_bytes(rec_out, device, only=lambda t: t.requires_grad)  # g[i+1]

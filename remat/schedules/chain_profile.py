@@ -86,6 +86,10 @@ class Stage:
             digest. :attr:`nograd_overhead` is the value that applies.
         options: alternative recording forwards (:class:`StageOption`), options 1, 2, ...; the
             stage's own fields are option 0 ("save all"). Optional; empty is left out of the JSON.
+        handed_on: bytes of a_{i+1} that are tensors of a_i handed on unchanged (a tuple
+            boundary's position bias): part of ``output_size``, not of ``saved_size``, because
+            abar[i+1] shares them with a_i, which is in memory whenever abar[i+1] is (docs/
+            model.md, "A boundary may carry several tensors"). Optional; 0 is left out of the JSON.
     """
 
     name: str
@@ -98,6 +102,7 @@ class Stage:
     param_size: int = 0
     forward_nograd_overhead: int | None = None
     options: tuple[StageOption, ...] = ()
+    handed_on: int = 0
 
     @property
     def option_count(self) -> int:
@@ -132,6 +137,8 @@ class Stage:
             data["forward_nograd_overhead"] = self.forward_nograd_overhead
         if self.options:
             data["options"] = [option.to_dict() for option in self.options]
+        if self.handed_on:
+            data["handed_on"] = self.handed_on
         return data
 
 
@@ -149,8 +156,10 @@ def _validated_option(option: Any, stage: Stage, path: str) -> StageOption:
             minimum=-(check_size(option.saved_size, f"{path}.saved_size") + stage.output_size),
         ),
     )
-    if checked.saved_size < stage.output_size:
-        raise ProfileError(f"{path}.saved_size: must be >= the stage's output_size (saved includes the output)")
+    if checked.saved_size < stage.output_size - stage.handed_on:
+        raise ProfileError(
+            f"{path}.saved_size: must be >= the stage's output_size less handed_on (saved includes the output)"
+        )
     # recompute_ms counts an option's extra backward time; a faster backward than the stage's own
     # would make it negative (a measurement below the plain backward is noise: clamp it)
     if checked.backward_ms < stage.backward_ms:
@@ -184,8 +193,13 @@ def _validated_stage(stage: Stage, path: str) -> Stage:
         if stage.forward_nograd_overhead is None
         else check_size(stage.forward_nograd_overhead, f"{path}.forward_nograd_overhead"),
     )
-    if checked.saved_size < checked.output_size:
-        raise ProfileError(f"{path}.saved_size: must be >= output_size (saved includes the output)")
+    handed_on = check_size(stage.handed_on, f"{path}.handed_on")
+    if handed_on > checked.output_size:
+        raise ProfileError(f"{path}.handed_on: must be <= output_size (it is part of the output)")
+    checked = dataclasses.replace(checked, handed_on=handed_on)
+    if checked.saved_size < checked.output_size - handed_on:
+        message = "output_size" if not handed_on else "output_size - handed_on"
+        raise ProfileError(f"{path}.saved_size: must be >= {message} (saved includes the output)")
     options = stage.options
     if not isinstance(options, Sequence) or isinstance(options, (str, bytes)):
         raise ProfileError(f"{path}.options: must be a list of options")
@@ -295,6 +309,7 @@ class ChainProfile:
                     param_size=raw.get("param_size", 0),
                     forward_nograd_overhead=optional_size(raw, "forward_nograd_overhead", path),
                     options=_options_from_dict(raw, path),
+                    handed_on=raw.get("handed_on", 0),
                 )
             )
         return cls(

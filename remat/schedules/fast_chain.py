@@ -95,8 +95,11 @@ def chain_costs(kinds, indices, act, saved, fo, fn, bo, fms, bms):  # pragma: no
 
 def profile_arrays(profile) -> tuple[np.ndarray, ...] | None:
     """``(act, saved, fo, fn, bo, fms, bms)`` of a chain, or None when its sizes could overflow
-    int64 arithmetic (then only the reference simulator, in Python integers, is used)."""
+    int64 arithmetic or a stage hands tensors on (then only the reference simulator, in Python
+    integers, is used)."""
     stages = profile.stages
+    if any(s.handed_on for s in stages):
+        return None  # the F_n rule of handed-on tensors lives in the reference simulator only
     act = [profile.activation_size(i) for i in range(profile.length + 1)]
     total = sum(act) + sum(
         s.saved_size + s.forward_overhead + s.nograd_overhead + abs(s.backward_overhead) for s in stages

@@ -195,6 +195,13 @@ class _ChainState:
             raise ScheduleError(f"{label}: needs a[{i}], which {reason}")
         if not present:
             raise ScheduleError(f"{label}: needs a_{i} (a[{i}] or abar[{i}]), which is not in memory")
+        if op == "F_n" and stage.handed_on and abar_held[i + 1]:
+            # abar[i+1] counts no bytes of what stage i hands on: they are a_i's, which must stay
+            # (docs/model.md); a_{i+1} is in memory already, inside abar[i+1]
+            raise ScheduleError(
+                f"{label}: would drop a[{i}] while abar[{i + 1}] shares the tensors stage {i} hands on; "
+                f"a_{i + 1} is in memory inside abar[{i + 1}]"
+            )
         if op == "F_all":
             if abar_held[i + 1]:
                 raise ScheduleError(f"{label}: abar[{i + 1}] is already in memory")

@@ -40,6 +40,7 @@ SIZE_FIELDS = (
     "forward_nograd_overhead",
     "backward_overhead",
     "param_size",
+    "handed_on",
 )
 TIME_FIELDS = ("forward_ms", "backward_ms")
 DEGREE_NAMES = {0: "piecewise linear", 1: "linear", 2: "quadratic", 3: "cubic"}
@@ -158,7 +159,8 @@ class GrowthModel:
         for stage in self.profiles[0].stages:
             sizes = {f: math.ceil(next(values)) for f in SIZE_FIELDS}
             sizes = {f: v if f == "backward_overhead" else max(0, v) for f, v in sizes.items()}
-            sizes["saved_size"] = max(sizes["saved_size"], sizes["output_size"])
+            sizes["handed_on"] = min(sizes["handed_on"], sizes["output_size"])
+            sizes["saved_size"] = max(sizes["saved_size"], sizes["output_size"] - sizes["handed_on"])
             # the one signed field (early release, docs/model.md): never below freeing abar and g
             floor = -(sizes["saved_size"] + sizes["output_size"])
             sizes["backward_overhead"] = max(sizes["backward_overhead"], floor)

@@ -60,7 +60,7 @@ def _aliasing_stage(chain: CutChain, x: torch.Tensor) -> int | None:
     """The first stage whose output shares storage with its input or a parameter/buffer (dropout
     with p=0 returns its input): such a stage cannot stand alone (the chain model needs a new a_i+1).
     Of a tuple boundary (remat.trace.boundary), a tensor handed on unchanged from the stage's
-    input is no such alias: it is the value the next block reads, counted in both boundaries."""
+    input is no such alias: it is the value the next block reads (Stage.handed_on)."""
     with torch.no_grad():
         for k, stage in enumerate(chain.stages):
             weights = {storage_key(t) for t in (*stage.parameters(), *stage.buffers())}

@@ -63,6 +63,12 @@ _DELETE = object()
 # (case id, builder, expected message, exactly or as a regex)
 CHAIN_CASES = [
     (
+        "handed on more than the output",
+        ("stages", 1, "handed_on"),
+        11,
+        "stages[1].handed_on: must be <= output_size (it is part of the output)",
+    ),
+    (
         "backward overhead below freeing abar and g",
         ("stages", 2, "backward_overhead"),
         -41,
@@ -338,3 +344,24 @@ def test_a_backward_overhead_may_be_negative_down_to_freeing_abar_and_its_gradie
     ops = [("F_all", i) for i in range(5)] + [("B", i) for i in reversed(range(5))]
     first_b = simulate(profile, ops).timeline[5]
     assert first_b.peak == first_b.memory_before + 10 - 40
+
+
+def test_what_a_stage_hands_on_is_outside_its_saved_size_and_a_i_stays() -> None:
+    """``handed_on`` (docs/model.md): saved_size may be as low as output_size - handed_on (never
+    lower), the field round-trips (and is left out at 0, so old files keep their digest), and
+    dropping a[i] while abar[i+1] shares what stage i hands on is refused."""
+    from remat.schedules import simulate
+    from remat.schedules.schema import schema_errors
+
+    data = _set(_set(_chain(), ("stages", 2, "handed_on"), 4), ("stages", 2, "saved_size"), 6)
+    assert schema_errors(data, "remat-chain-v1") == []
+    profile = profile_from_dict(data)
+    assert profile.stages[2].handed_on == 4 and profile.to_dict()["stages"][2]["handed_on"] == 4
+    assert "handed_on" not in profile.to_dict()["stages"][1]
+    with pytest.raises(ProfileError, match=r"stages\[2\].saved_size: must be >= output_size - handed_on"):
+        profile_from_dict(_set(data, ("stages", 2, "saved_size"), 5))
+    ops = [("F_ck", 0), ("F_ck", 1), ("F_all", 2), ("F_n", 2)]
+    with pytest.raises(ScheduleError, match=r"op 3 \(F_n 2\): would drop a\[2\] while abar\[3\] shares"):
+        simulate(profile, ops)
+    store_all = [("F_all", i) for i in range(5)] + [("B", i) for i in reversed(range(5))]
+    assert simulate(profile, store_all).peak_memory == simulate(profile_from_dict(_chain()), store_all).peak_memory - 24

@@ -44,7 +44,9 @@ def chain_to_graph(chain: ChainProfile) -> GraphProfile:
     backward: dict[int, int] = {}
     for i, stage in enumerate(chain.stages):
         index = len(nodes)
-        nodes.append(GraphNode(f"F{i}", stage.forward_ms, stage.saved_size, False, overhead=stage.forward_overhead))
+        # abar[i+1] as a node holds what stage i hands on too: the graph may free F{i-1} first
+        abar = stage.saved_size + stage.handed_on
+        nodes.append(GraphNode(f"F{i}", stage.forward_ms, abar, False, overhead=stage.forward_overhead))
         if i > 0:
             edges.append((forward[i - 1], index))
         forward.append(index)

@@ -26,15 +26,22 @@ times = st.one_of(st.just(0.0), st.floats(0.001, 100.0, allow_nan=False, allow_i
 
 @st.composite
 def stages(draw) -> Stage:
+    """Random stages; some hand part of their input on unchanged (``handed_on``, not in
+    ``saved_size``) and some have a backward that frees before its peak (a negative overhead,
+    down to freeing all of abar[i+1] and g[i+1]): docs/model.md."""
     output = draw(sizes)
+    handed_on = draw(st.one_of(st.just(0), st.integers(0, output)))
+    saved = output - handed_on + draw(sizes)
+    backward = draw(st.one_of(overheads, st.integers(-(saved + output), 0)))
     return Stage(
         name="s",
         forward_ms=draw(times),
         backward_ms=draw(times),
         output_size=output,
-        saved_size=output + draw(sizes),
+        saved_size=saved,
         forward_overhead=draw(overheads),
-        backward_overhead=draw(overheads),
+        backward_overhead=backward,
+        handed_on=handed_on,
     )
 
 
