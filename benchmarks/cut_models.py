@@ -30,8 +30,6 @@ from torch import nn
 import remat
 from remat.models.hub import build_library_model
 from remat.schedules import RematError
-from remat.solver.chain.optimal import minimum_budget
-from remat.solver.chain.store_all import store_all_peak
 from remat.trace.proof import cut_model
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cut_models.json"
@@ -195,8 +193,8 @@ def train_one(spec: str, config: dict, inputs: object, image_model: bool) -> dic
     except RematError as error:
         return {"spec": spec, "error": str(error)}
     # 50% of store-all, or the least the DP can meet where that is more (VGG: its classifier's transients)
-    store_all = store_all_peak(wrapped.profile)
-    wrapped = wrapped.with_budget(max(store_all // 2, minimum_budget(wrapped.profile)))
+    store_all = wrapped.store_all_budget
+    wrapped = wrapped.with_budget(max(store_all // 2, wrapped.least_budget))
 
     def plain() -> torch.Tensor:
         if isinstance(inputs, dict):
@@ -214,8 +212,8 @@ def train_one(spec: str, config: dict, inputs: object, image_model: bool) -> dic
     with _per_block_checkpoint(model, [s.name for s in wrapped.profile.stages]) as blocks:
         checkpointed_bf16 = _step(model, plain, initial, True)
     recomputed = sum(op in ("F_ck", "F_n") for op, _ in wrapped.schedule.ops)
-    return {"spec": spec, "stages": wrapped.profile.length, "budget": wrapped.schedule.budget,
-            "budget_of_store_all": round(wrapped.schedule.budget / store_all, 3),
+    return {"spec": spec, "stages": wrapped.profile.length, "budget": wrapped.budget,
+            "budget_of_store_all": round(wrapped.budget / store_all, 3),
             "recomputing_forwards": recomputed, "fp32_equal": all(map(torch.equal, fp32, remat_fp32)),
             "bf16_remat_max_abs": _difference(bf16, remat_bf16),
             "bf16_checkpoint_max_abs": _difference(bf16, checkpointed_bf16), "checkpointed_blocks": blocks,

@@ -9,10 +9,10 @@ bytes is the same for every step).
 
 Every step is metered (:class:`remat.measure.allocator.AllocatorMeter`, parameter gradients
 pre-allocated outside it, the chain input a_0 added as the chain model counts it) and its peak
-put next to its plan's prediction and the budget. The meter covers the replay of the schedule,
-as the prediction does; the side values the call computes first (``bind``: masks, rotary
-tables) are outside it and recorded apart (``side_bytes``, and the worst as a share of the
-budget), as docs/models.md's "Limits" says. Per model: distinct shapes seen, re-traces,
+put next to its plan's prediction and the budget. The meter covers the user's whole call, as
+the prediction and the budget do: the side values the call computes first (``bind``: masks,
+rotary tables) and the replay of the schedule (``side_bytes`` recorded too, and the worst as a
+share of the budget). Per model: distinct shapes seen, re-traces,
 profiles predicted by growth models, time to the first step of a new shape (median and worst:
 trace, proof, profile or prediction, solve, and the step), the steady-state step time of remat
 and of plain PyTorch on the same batch (interleaved, every ``--plain-every``-th step), and the
@@ -132,9 +132,8 @@ def one_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
         start = time.perf_counter()
         plan = wrapped.plan_for(*call_args, target=target, **call_kwargs)
         new = wrapped.retraces > before
-        x = plan.cut.chain.bind(*call_args, target=target, **call_kwargs)  # side values, outside the meter
-        peak, ms = metered(lambda p=plan, x=x: p.replay(x), model)
-        del x
+        # the whole call, its side values (masks, rotary tables) made inside the meter
+        peak, ms = metered(lambda a=call_args, kw=call_kwargs, t=target: wrapped(*a, target=t, **kw), model)
         total = time.perf_counter() - start
         measured = peak + plan.cut.profile.input_size
         rows.append({

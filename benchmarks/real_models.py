@@ -48,8 +48,6 @@ import remat
 from remat.models.hub import build_library_model
 from remat.replay.report import prepare_grads, step_allocator_peak
 from remat.schedules import RematError
-from remat.solver.chain.optimal import minimum_budget
-from remat.solver.chain.store_all import store_all_peak
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -251,14 +249,13 @@ def store_all_cell(case: Case, store: remat.RematModel, a0: int) -> dict:
 def below_store_all(store: remat.RematModel) -> remat.RematModel:
     """remat at half the store-all peak, or, when no schedule fits that, halfway between the
     smallest budget the DP can meet and store-all (a budget that makes it recompute)."""
-    high = store_all_peak(store.profile)
-    low = minimum_budget(store.profile)
+    high, low = store.store_all_budget, store.least_budget  # the whole call's (side values in)
     return store.with_budget(high // 2 if low <= high // 2 else (low + high) // 2)
 
 
 def half_cell(half: remat.RematModel, store: remat.RematModel) -> dict:
     report = half.report(steps=2, warmup=1)
-    return {"budget": half.schedule.budget, "fraction": half.schedule.budget / store_all_peak(store.profile),
+    return {"budget": half.budget, "fraction": half.budget / store.store_all_budget,
             "predicted_peak": report.predicted_peak, "measured_peak": report.measured_peak,
             "error": report.peak_error}  # fmt: skip
 
@@ -279,17 +276,17 @@ def equal_memory_cell(case: Case, store: remat.RematModel, a0: int, name: str, c
     try:
         ours = store.with_budget(peak)
     except RematError as error:  # below remat's least budget: say so, and show remat at its least
-        ours = store.with_budget(minimum_budget(store.profile))
+        ours = store.with_budget(store.least_budget)
         cell["infeasible"] = one_line(error)
     step = case.remat_step(ours)
-    least = store.with_budget(minimum_budget(store.profile))
+    least = store.with_budget(store.least_budget)
     least_peak = step_peak(case, case.remat_step(least), a0)
     return {
         **cell,
-        "budget": ours.schedule.budget,
+        "budget": ours.budget,
         "remat_peak": step_peak(case, step, a0),
         "remat_ms": step_ms(case, step),
-        "least_budget": least.schedule.budget,
+        "least_budget": least.budget,
         "least_peak": least_peak,
         "least_at_most_baseline": least_peak <= peak,
     }
@@ -314,7 +311,7 @@ def run_errors(case: Case, baseline_peak: int | None) -> list[float]:
     budget, at the least budget, at the baseline's measured peak (when remat can meet it) and at
     store-all (:meth:`remat.RematModel.report`, the allocator)."""
     store = case.checkpoint()
-    high, low = store_all_peak(store.profile), minimum_budget(store.profile)
+    high, low = store.store_all_budget, store.least_budget
     budgets = {high, low, max(high // 2, low)}
     if baseline_peak is not None and low <= baseline_peak:
         budgets.add(min(baseline_peak, high))

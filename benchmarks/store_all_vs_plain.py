@@ -31,7 +31,6 @@ import remat
 from remat.models.hub import build_library_model
 from remat.replay.report import plain_step_peak
 from remat.schedules import RematError
-from remat.solver.chain.optimal import minimum_budget
 
 RESULTS = Path(__file__).resolve().parent / "results" / "store_all_vs_plain.json"
 MIB = 2**20
@@ -77,7 +76,7 @@ def run_one(spec: str, config: dict, inputs: object, image_model: bool, steps: i
     row["names"] = [s.name for s in wrapped.profile.stages]
     row["store_all"] = _reading(wrapped, steps)
     row["store_all"]["vs_plain"] = (row["store_all"]["measured"] - row["plain"]) / row["plain"]
-    low, high = minimum_budget(wrapped.profile), row["store_all"]["predicted"]
+    low, high = wrapped.least_budget, row["store_all"]["predicted"]
     # 50% of store-all when the DP can meet it, else halfway between its least memory and store-all
     middle = high // 2 if high // 2 >= low else (low + high) // 2
     for label, budget in (("optimal_mid", middle), ("optimal_min", low)):

@@ -117,7 +117,7 @@ def checkpoint(
 
     cuts = ShapeCuts(make_chain, repeats, warmup, compile, name=type(model).__name__.lower())
     first, x = cuts.cut_for(args, kwargs, target)
-    bytes_ = resolve_budget(budget, store_all_peak(first.profile))
+    bytes_ = resolve_budget(budget, store_all_peak(first.profile) + first.side_bytes)  # the whole call's
     return RematModel(
         cuts, first, bytes_, strategy, (args, kwargs, target), loss_given=loss is not None, over_budget=over_budget
     )

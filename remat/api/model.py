@@ -37,13 +37,14 @@ class ShapePlan:
 
     @property
     def predicted_peak(self) -> int:
-        """Bytes: the simulator's peak of the schedule on the cut's profile (the replay's step)."""
-        return self.schedule.predicted.peak_memory
+        """Bytes: the peak of the whole call, the simulator's peak of the schedule on the cut's
+        profile (the replay's step) plus the side values held through it (``side_bytes``)."""
+        return self.schedule.predicted.peak_memory + self.cut.side_bytes
 
     @property
     def side_bytes(self) -> int:
         """Bytes: the side values the call computes before the replay (masks, rotary tables) and
-        holds through it, beside ``predicted_peak`` (docs/models.md, "Limits")."""
+        holds through it; in ``predicted_peak`` and in the budget (docs/models.md)."""
         return self.cut.side_bytes
 
 
@@ -95,6 +96,18 @@ class RematModel(nn.Module):
         self.profile = first.profile
 
     @property
+    def least_budget(self) -> int:
+        """Bytes: the least budget the example's call trains under, its least-memory schedule's
+        peak plus the side values the call holds (:attr:`ShapePlan.side_bytes`)."""
+        return minimum_budget(self.profile) + self._first.side_bytes
+
+    @property
+    def store_all_budget(self) -> int:
+        """Bytes: the budget at which the example's call stores every stage: the store-all peak
+        plus the side values; a budget given as a fraction is of this."""
+        return store_all_peak(self.profile) + self._first.side_bytes
+
+    @property
     def plans(self) -> list[ShapePlan]:
         """Every shape's plan made so far, in the order the shapes came (the example's first)."""
         return [self._plans[id(cut)] for cut in self._cuts.all() if id(cut) in self._plans]
@@ -127,8 +140,8 @@ class RematModel(nn.Module):
         if plan is not None and plan.cut is cut:  # a plan holds its cut, so no live id is reused
             return plan
         least = False
-        try:
-            schedule = solve(cut.profile, self.budget, self.strategy)
+        try:  # the side values the call holds come out of the budget first
+            schedule = solve(cut.profile, self.budget - cut.side_bytes, self.strategy)
         except InfeasibleBudgetError as error:
             if example or self.over_budget == "refuse":
                 raise self._refusal(cut, error, example) from None
@@ -140,9 +153,14 @@ class RematModel(nn.Module):
         return plan
 
     def _refusal(self, cut: ShapeCut, error: InfeasibleBudgetError, example: bool) -> RematError:
-        if example:
-            return error
-        need = minimum_budget(cut.profile)
+        side = cut.side_bytes
+        if example:  # the strategy's own message, in the whole call's bytes (side values included)
+            if not side:
+                return error
+            least = None if error.min_budget is None else error.min_budget + side
+            detail = f"the call's side values (masks) take {side} bytes of it"
+            return InfeasibleBudgetError(error.strategy, self.budget, least, detail, error.bound)
+        need = minimum_budget(cut.profile) + side
         return RematError(
             f"inputs: a batch of shapes {cut.signature.text()} needs at least {format_size(need)} ({need} bytes)"
             f" under remat, above the budget {format_size(self.budget)} ({self.budget} bytes); refused before its"
@@ -152,7 +170,7 @@ class RematModel(nn.Module):
     def with_budget(self, budget: int | float | str, strategy: str | None = None) -> RematModel:
         """The same model, cuts and profiles, solved again for another ``budget`` (no re-profiling);
         a fraction or percentage is of the example's store-all peak."""
-        bytes_ = resolve_budget(budget, store_all_peak(self.profile))
+        bytes_ = resolve_budget(budget, self.store_all_budget)
         return RematModel(
             self._cuts,
             self._first,
@@ -165,7 +183,8 @@ class RematModel(nn.Module):
 
     def report(self, steps: int = 3, warmup: int = 1) -> Any:
         """Predicted vs measured peak memory (bytes) and step time (ms) of the user's step on the
-        example input (:func:`remat.replay.report.compare`); print it with ``.table()``.
+        example input (:func:`remat.replay.report.compare`); print it with ``.table()``. The step
+        is the whole call, so the side values it computes (masks) are measured, and predicted.
 
         The step measured is the one this model trains (``Report.step``, a line of the table):
         ``loss = self(x, target=y); loss.backward()`` with the ``loss=`` given (and its example
@@ -176,7 +195,22 @@ class RematModel(nn.Module):
         args, kwargs, target = self._example
         x = self.chain.bind(*args, target=target, **kwargs)
         kind = "loss" if self._loss_given else None
-        return compare(self.profile, self.schedule, self.replay, x, steps=steps, warmup=warmup, kind=kind)
+
+        def call() -> torch.Tensor:  # the user's whole call: its side values are made in the step
+            return self(*args, target=target, **kwargs)
+
+        side = self._first.side_bytes
+        return compare(
+            self.profile,
+            self.schedule,
+            self.replay,
+            x,
+            steps=steps,
+            warmup=warmup,
+            kind=kind,
+            call=call,
+            side_bytes=side,
+        )
 
 
 __all__ = ["OVER_BUDGET", "RematModel", "ShapePlan"]

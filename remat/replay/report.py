@@ -24,6 +24,7 @@ Units: bytes and milliseconds.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -94,19 +95,25 @@ STEPS = {
 
 
 def loss_step(
-    wrapped: torch.nn.Module, inputs: Sequence[torch.Tensor], weights: list[torch.Tensor], kind: str = "output"
+    wrapped: torch.nn.Module,
+    inputs: Sequence[torch.Tensor],
+    weights: list[torch.Tensor],
+    kind: str = "output",
+    call: Callable[[], torch.Tensor] | None = None,
 ) -> Callable[[], None]:
     """One training step of :data:`STEPS` kind ``kind`` (``"auto"``: ``"model loss"`` when the
     output is a scalar, else ``"output"``; the kind run is ``step.kind``). A loss (``"loss"``,
     ``"model loss"``: the chain's scalar output) is held through its ``backward()``, as a training
     loop holds it. The default (``"output"``) differentiates ``(wrapped(*inputs) * r).sum()``; ``r``
     is ``weights[0]``, drawn at random (untracked) after the first forward when ``weights`` is
-    empty, so autograd hands the replay a full-size output gradient."""
+    empty, so autograd hands the replay a full-size output gradient. ``call``: the forward to run
+    instead of ``wrapped(*inputs)`` (the user's whole call, e.g. ``remat.checkpoint``'s model,
+    which computes its side values before it replays ``wrapped``)."""
     if kind not in STEPS and kind != "auto":
         raise RematError(f"step: unknown kind {kind!r} (one of {', '.join(STEPS)}, auto)")
 
     def step() -> None:
-        out = wrapped(*inputs)
+        out = call() if call is not None else wrapped(*inputs)
         if step.kind == "auto":
             step.kind = "model loss" if out.dim() == 0 else "output"
         if step.kind != "output":
@@ -154,6 +161,7 @@ def measure_steps(
     timed: bool = True,
     weight: torch.Tensor | None = None,
     kind: str = "output",
+    call: Callable[[], torch.Tensor] | None = None,
 ) -> Measurement:
     """Run ``warmup`` + ``steps`` training steps (forward + backward, no optimizer) and measure them.
 
@@ -167,12 +175,13 @@ def measure_steps(
     unmetered runs, so no meter's bookkeeping is timed (``timed=False`` skips them: ``step_ms``
     is then NaN). ``kind`` is the :data:`STEPS` step measured; ``weight`` the default step's loss
     weight ``r`` (default: random, drawn after the first forward). ``warmup=0`` measures the very
-    first step.
+    first step. ``call``: the whole forward to run in each step instead of ``wrapped(x)``
+    (:func:`loss_step`); ``x`` is then the input it replays ``wrapped`` on, allocated before.
     """
     device = x.device
     wrapped.train()
     input_bytes = allocation_size(x.untyped_storage().nbytes(), device)
-    step = loss_step(wrapped, (x,), [] if weight is None else [weight], kind)
+    step = loss_step(wrapped, (x,), [] if weight is None else [weight], kind, call)
 
     warm_up(wrapped, step, max(0, warmup))
     peak, bookkeeping, records = -1, 0, ()
@@ -495,15 +504,19 @@ def compare(
     steps: int = 3,
     warmup: int = 1,
     kind: str | None = None,
+    call: Callable[[], torch.Tensor] | None = None,
+    side_bytes: int = 0,
 ) -> Report:
     """Measure ``steps`` steps of ``wrapped`` on ``x`` and put them next to the simulator's prediction.
 
     ``kind`` is the :data:`STEPS` step measured; None: ``"model loss"`` when the chain returns a
     scalar (it ends in a loss), else the default ``"output"`` step. A profile measured on another
-    model or input is refused (:func:`check_profile_matches`)."""
+    model or input is refused (:func:`check_profile_matches`). ``call``: the user's whole forward,
+    measured instead of ``wrapped(x)``; it computes ``side_bytes`` of side values (bytes) before
+    the replay and holds them through it, which the prediction then adds at every op."""
     check_profile_matches(profile, getattr(wrapped, "chain", wrapped), x)
-    predicted = simulate(profile, schedule.ops, timeline=True)
-    measured = measure_steps(wrapped, x, steps=steps, warmup=warmup, kind=kind or "auto")
+    predicted = _with_side_values(simulate(profile, schedule.ops, timeline=True), side_bytes)
+    measured = measure_steps(wrapped, x, steps=steps, warmup=warmup, kind=kind or "auto", call=call)
     return build_report(
         schedule,
         predicted,
@@ -517,6 +530,22 @@ def compare(
         bookkeeping_peak=measured.bookkeeping_peak,
         step=measured.step,
     )
+
+
+def _with_side_values(predicted: SimulationResult, side_bytes: int) -> SimulationResult:
+    """``predicted`` with ``side_bytes`` held at every op (side values made before the replay)."""
+    if not side_bytes:
+        return predicted
+    timeline = tuple(
+        dataclasses.replace(
+            r,
+            memory_before=r.memory_before + side_bytes,
+            peak=r.peak + side_bytes,
+            memory_after=r.memory_after + side_bytes,
+        )
+        for r in predicted.timeline
+    )
+    return dataclasses.replace(predicted, peak_memory=predicted.peak_memory + side_bytes, timeline=timeline)
 
 
 def plot_comparison(report: Report, path: str) -> None:

@@ -123,3 +123,48 @@ def test_an_infeasible_budget_says_the_smallest_one():
 def test_not_a_module_is_refused():
     with pytest.raises(RematError, match="nn.Module"):
         remat.checkpoint(lambda x: x, torch.randn(2))
+
+
+class CausalModel(nn.Module):
+    """Token blocks that each read a causal mask the forward makes from the length alone: a side
+    value (it depends on no trainable tensor), computed before the replay and held through it."""
+
+    def __init__(self, depth: int = 3, width: int = 32, vocab: int = 40) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.blocks = nn.ModuleList(nn.Linear(width, width) for _ in range(depth))
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.embed(ids)
+        length = ids.shape[1]
+        causal = torch.full((length, length), float("-inf")).triu(1).expand(ids.shape[0], length, length).contiguous()
+        for block in self.blocks:
+            h = h + torch.softmax(h @ h.transpose(1, 2) / 8 + causal, -1) @ torch.tanh(block(h))
+        return self.head(h).pow(2).mean()
+
+
+def test_side_values_are_inside_the_budget_and_the_prediction():
+    """The mask is made by the call, so it is the user's memory: the budget covers it (the chain
+    gets what the side values leave), the plan's prediction and report() count it, and the
+    allocator's peak of the whole call stays within that prediction at every budget."""
+    torch.manual_seed(0)
+    model = CausalModel().train()
+    ids = torch.randint(0, 40, (4, 64))
+    wrapped = remat.checkpoint(model, (ids,), budget=1.0, repeats=1, warmup=0)
+    plan = wrapped.plan_for(ids)
+    assert plan.side_bytes >= 4 * 64 * 64 * 4  # the expanded mask
+    assert wrapped.store_all_budget == store_all_peak(wrapped.profile) + plan.side_bytes == wrapped.budget
+    for budget in (
+        wrapped.store_all_budget,
+        (wrapped.least_budget + wrapped.store_all_budget) // 2,
+        wrapped.least_budget,
+    ):
+        tight = wrapped.with_budget(budget)
+        assert tight.plan_for(ids).predicted_peak <= budget
+        assert tight.schedule.budget == budget - plan.side_bytes
+        report = tight.report(steps=1, warmup=1)
+        assert report.predicted_peak == tight.plan_for(ids).predicted_peak
+        assert 0.98 * report.predicted_peak <= report.measured_peak <= report.predicted_peak + 8, budget
+    with pytest.raises(RematError, match="side values"):
+        wrapped.with_budget(wrapped.least_budget - 1)

@@ -19,8 +19,6 @@ import remat
 from remat.models.compat import import_torchvision
 from remat.models.hub import build_library_model, parse_config
 from remat.schedules import RematError
-from remat.solver.chain.optimal import minimum_budget
-from remat.solver.chain.store_all import store_all_peak
 from remat.trace.proof import cut_model
 
 try:  # first: timm and transformers import torchvision (remat/executor/compat.py)
@@ -185,7 +183,7 @@ def test_library_model_through_the_one_call_api(case):
     names = [s.name for s in wrapped.profile.stages]
     assert all(name in names for name in expected_stages), names
     # halfway between the smallest budget the DP can meet and store-all: it must recompute
-    low, high = minimum_budget(wrapped.profile), store_all_peak(wrapped.profile)
+    low, high = wrapped.least_budget, wrapped.store_all_budget
     wrapped = wrapped.with_budget((low + high) // 2)
     assert wrapped.schedule.budget < high and any(op in ("F_ck", "F_n") for op, _ in wrapped.schedule.ops)
     initial = [b.clone() for b in model.buffers()]

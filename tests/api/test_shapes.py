@@ -68,7 +68,7 @@ def test_every_batch_shape_trains_exactly_under_one_budget():
     torch.manual_seed(0)
     model = TokenModel(depth=3).train()  # dropout 0.1: the RNG is replayed per stage
     wrapped = remat.checkpoint(model, _tokens(2, 8), budget=1.0, repeats=1, warmup=0, over_budget="least")
-    budget = minimum_budget(wrapped.profile)
+    budget = wrapped.least_budget
     wrapped = wrapped.with_budget(budget)  # the example recomputes; larger shapes need the least schedule
     assert wrapped.budget == budget
     shapes = [(2, 8), (3, 8), (2, 12), (2, 5), (1, 8), (2, 8), (2, 12)]
@@ -90,7 +90,7 @@ def test_a_shape_above_the_budget_is_refused_before_its_step_runs(caplog):
     torch.manual_seed(0)
     model = TokenModel(depth=2).train()
     wrapped = remat.checkpoint(model, _tokens(2, 8), budget=1.0, repeats=1, warmup=0)
-    wrapped = wrapped.with_budget(minimum_budget(wrapped.profile))
+    wrapped = wrapped.with_budget(wrapped.least_budget)
     model.zero_grad(set_to_none=True)
     state = torch.get_rng_state()
     with pytest.raises(RematError) as info:
@@ -108,7 +108,7 @@ def test_a_shape_above_the_budget_is_refused_before_its_step_runs(caplog):
     said = [r.getMessage() for r in caplog.records if "least-memory schedule" in r.getMessage()]
     assert len(said) == 2 and "(4, 8), (4, 8)" in said[0]
     plan = least.plan_for(**_tokens(4, 8))
-    assert plan.least and plan.predicted_peak == minimum_budget(plan.cut.profile)
+    assert plan.least and plan.predicted_peak == minimum_budget(plan.cut.profile) + plan.side_bytes
 
 
 def test_over_budget_is_checked():
@@ -162,7 +162,7 @@ def test_a_predicted_shape_stays_within_its_prediction():
     inputs = _tokens(2, 44)
     plan = wrapped.plan_for(**inputs)
     assert not plan.cut.measured
-    tight = wrapped.with_budget(minimum_budget(plan.cut.profile))
+    tight = wrapped.with_budget(minimum_budget(plan.cut.profile) + plan.side_bytes)
     plan = tight.plan_for(**inputs)
     assert plan.schedule.predicted.recompute_ms > 0
     peak = step_allocator_peak(model, lambda: tight(**inputs), torch.device("cpu"), steps=2)
