@@ -141,7 +141,7 @@ class RematModel(nn.Module):
             return plan
         least = False
         try:  # the side values the call holds come out of the budget first
-            schedule = solve(cut.profile, self.budget - cut.side_bytes, self.strategy)
+            schedule = solve(cut.profile, max(0, self.budget - cut.side_bytes), self.strategy)
         except InfeasibleBudgetError as error:
             if example or self.over_budget == "refuse":
                 raise self._refusal(cut, error, example) from None
@@ -169,7 +169,7 @@ class RematModel(nn.Module):
 
     def with_budget(self, budget: int | float | str, strategy: str | None = None) -> RematModel:
         """The same model, cuts and profiles, solved again for another ``budget`` (no re-profiling);
-        a fraction or percentage is of the example's store-all peak."""
+        a fraction or percentage is of the example's store-all peak (:attr:`store_all_budget`)."""
         bytes_ = resolve_budget(budget, self.store_all_budget)
         return RematModel(
             self._cuts,

@@ -125,7 +125,7 @@ class _Step:
         self.n = len(owner.chain)
         self.a: dict[int, torch.Tensor] = {0: x}
         # g_0 for an input that requires grad, or where the profile counts it (input_grad)
-        self.input_grad = requires_grad(x) or owner.input_grad_profiled
+        self.input_grad = requires_grad(x) or owner.profile_input_grad is True
         self.abar: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.recorded: dict[int, int] = {}  # abar[i+1] -> the option it was recorded with
         self.g: dict[int, torch.Tensor | None] = {}
@@ -184,7 +184,7 @@ class _Step:
         if requires_grad(out) and any(g is not None for g in tensors(g_out)):
             # the backward gets the only references to out and g_out (NOTE [Early release at a
             # stage's backward]): autograd frees them as it goes, as the profile measured; the
-            # last stage's run the plain backward (autograd holds g[n]; the profile so measured)
+            # last stage runs the plain backward (autograd holds g[n]; the profile so measured)
             pending = [(out, g_out)]
             del out, g_out
             if option:  # the backward reruns part of the forward: keep buffers as they are
@@ -284,16 +284,16 @@ class RematChain(nn.Module):
         forwards = Counter(op[1] for op in self.ops if op[0] != "B")
         self.recomputed = frozenset(i for i, count in forwards.items() if count > 1)
         self.snapshots = BufferSnapshots(count_rng_reads=True)  # the chain profile covers them
-        self.profile_without_input_grad = profile is not None and not profile.metadata.get("input_grad", True)
-        # without a profile nothing is predicted: g_0 only where plain autograd computes it
-        self.input_grad_profiled = profile is not None and profile.metadata.get("input_grad", True)
+        # whether the profile's stage 0 computed g_0 (None: no profile, nothing is predicted, so
+        # g_0 only where plain autograd computes it)
+        self.profile_input_grad = None if profile is None else bool(profile.metadata.get("input_grad", True))
         # called as observer(position, op, index, "before" | "after") around every op (measurement)
         self.observer = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not torch.is_grad_enabled() or not self.training:
             return self.chain(x)
-        if requires_grad(x) and self.profile_without_input_grad:
+        if requires_grad(x) and self.profile_input_grad is False:
             raise RematError(
                 "executor: the input requires grad, but the profile was measured for an input that needs "
                 "none (metadata input_grad: false; its stage 0 backward computes no g_0): profile with "

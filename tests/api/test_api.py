@@ -168,3 +168,5 @@ def test_side_values_are_inside_the_budget_and_the_prediction():
         assert 0.98 * report.predicted_peak <= report.measured_peak <= report.predicted_peak + 8, budget
     with pytest.raises(RematError, match="side values"):
         wrapped.with_budget(wrapped.least_budget - 1)
+    with pytest.raises(RematError, match=f"smallest budget it can meet is .* \\({wrapped.least_budget} bytes\\)"):
+        wrapped.with_budget(plan.side_bytes // 2)  # less than the side values alone
