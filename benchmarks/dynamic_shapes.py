@@ -35,6 +35,7 @@ from typing import Any
 
 import machine_info  # benchmarks/machine_info.py: run as a script from the repo root
 import torch
+from real_models import hf_checkpointing  # benchmarks/real_models.py: HF's per-layer checkpointing
 
 import remat
 from remat.measure.allocator import AllocatorMeter
@@ -94,6 +95,11 @@ def metered(run: Any, model: torch.nn.Module) -> tuple[int, float]:
     return meter.peak_bytes, (time.perf_counter() - start) * 1000.0
 
 
+def a0_bytes(call: tuple) -> int:
+    """Bytes of a call's token ids (the chain input a_0 the remat rows add)."""
+    return call[1]["input_ids"].nbytes
+
+
 def timed(run: Any) -> float:
     start = time.perf_counter()
     run().backward()
@@ -118,15 +124,20 @@ def one_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
         model = build_library_model(spec, {**config(args.layers, args.hidden), "vocab_size": VOCAB}).train()
         batches = text_batches(args.steps, args.batch, args.lengths[0], args.lengths[1], args.seed)
         example = max(batches, key=lambda b: b["input_ids"].shape[1])
-        start = time.perf_counter()
-        wrapped = remat.checkpoint(model, example, budget=args.budget)
-        calls = [((), b, None) for b in batches]
 
         def plain(call: tuple) -> torch.Tensor:
             return model(**call[1]).loss
 
+        budget: float | int = args.budget
+        if args.budget_from_hf:  # remat's budget in bytes: HF checkpointing's measured peak on the example
+            with hf_checkpointing(model):
+                budget = metered(lambda: plain(((), example, None)), model)[0] + example["input_ids"].nbytes
+        start = time.perf_counter()
+        wrapped = remat.checkpoint(model, example, budget=budget)
+        calls = [((), b, None) for b in batches]
+
     first_seconds = time.perf_counter() - start
-    rows, plain_ms = [], []
+    rows, plain_ms, hf_ms = [], [], []
     for k, (call_args, call_kwargs, target) in enumerate(calls):
         before = wrapped.retraces
         start = time.perf_counter()
@@ -142,8 +153,13 @@ def one_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
             "predicted": plan.predicted_peak, "least": plan.least, "side_bytes": plan.side_bytes,
         })  # fmt: skip
         if k % args.plain_every == 0:
+            call = (call_args, call_kwargs, target)
             remat_ms = timed(lambda a=call_args, kw=call_kwargs, t=target: wrapped(*a, target=t, **kw))
-            plain_ms.append((timed(lambda c=(call_args, call_kwargs, target): plain((c[0], c[1], c[2]))), remat_ms))
+            plain_ms.append((timed(lambda c=call: plain(c)), remat_ms))
+            if name != "resnet50":  # HF's per-layer checkpointing on the same batch: its time and peak
+                with hf_checkpointing(model):
+                    hf_peak, _ = metered(lambda c=call: plain(c), model)
+                    hf_ms.append((timed(lambda c=call: plain(c)), remat_ms, measured, hf_peak + a0_bytes(call)))
     new_rows = [r for r in rows if r["new"]]
     steady = [r["ms"] for r in rows if not r["new"]]
     worst = max(rows, key=lambda r: r["measured"] / r["predicted"])
@@ -160,6 +176,9 @@ def one_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "steady_ms_median": statistics.median(steady) if steady else None,
         "plain_vs_remat_ms": plain_ms,
         "remat_over_plain": statistics.median([r / p for p, r in plain_ms]) if plain_ms else None,
+        "hf_checkpointing": hf_ms,  # (HF ms, remat ms, remat peak, HF peak) on the same batches
+        "remat_over_hf": statistics.median([r / h for h, r, _, _ in hf_ms]) if hf_ms else None,
+        "peak_over_hf_worst": max((rp / hp for _, _, rp, hp in hf_ms), default=None),
         "worst_measured_over_predicted": worst["measured"] / worst["predicted"] - 1.0,
         "worst_step": worst,
         "over_budget_steps": sum(1 for r in rows if r["measured"] > wrapped.budget),
@@ -169,15 +188,21 @@ def one_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"x{value:.2f}"
+
+
 def table(results: list[dict[str, Any]]) -> str:
     head = ("model", "steps", "shapes", "retraces", "predicted", "new shape s (median/worst)", "steady ms",
-            "remat/plain", "worst meas/pred", "steps > budget", "side / budget")  # fmt: skip
+            "remat/plain", "remat/HF ckpt", "peak/HF ckpt (worst)", "worst meas/pred", "steps > budget",
+            "side / budget")  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
         lines.append(
             f"| {r['model']} | {r['steps']} | {r['shapes']} | {r['retraces']} | {r['predicted_profiles']} | "
             f"{r['new_shape_s_median']:.2f} / {r['new_shape_s_worst']:.2f} | {r['steady_ms_median']:.1f} | "
-            f"x{r['remat_over_plain']:.2f} | {100 * r['worst_measured_over_predicted']:+.2f}% | "
+            f"x{r['remat_over_plain']:.2f} | {_ratio(r['remat_over_hf'])} | {_ratio(r['peak_over_hf_worst'])} | "
+            f"{100 * r['worst_measured_over_predicted']:+.2f}% | "
             f"{r['over_budget_steps']} | {100 * r['side_over_budget_worst']:.2f}% |"
         )
     return "\n".join(lines)
@@ -192,6 +217,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--lengths", type=lambda s: tuple(int(v) for v in s.split(",")), default=(16, 256))
     parser.add_argument("--budget", type=float, default=0.5)
+    parser.add_argument(
+        "--budget-from-hf",
+        action="store_true",
+        help="text models: remat's budget is HF checkpointing's measured peak on the example (bytes), "
+        "so both train at equal memory",
+    )
     parser.add_argument("--plain-every", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="benchmarks/results/dynamic_shapes.json")
