@@ -82,6 +82,8 @@ def _profile_chain(args: argparse.Namespace, model, x, name: str) -> int:
         for k, o in enumerate(s.options, start=1):
             print(f"  {s.name} option {k} '{o.name}': saved {format_size(o.saved_size)}, bwd {o.backward_ms:.3f} ms")
     print(f"input {format_size(profile.input_size)}; {profile.length} stages; device {profile.metadata['device']}")
+    if any(s.backward_overhead < 0 for s in profile.stages):
+        print("bwd tmp below 0: the backward frees part of the stage's output and gradient first (docs/model.md)")
     print(f"wrote {args.output}")
     return 0
 
