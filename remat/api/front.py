@@ -25,11 +25,10 @@ from remat.api.inputs import (
     scalar_loss,
     split_inputs,
 )
-from remat.api.model import OVER_BUDGET, RematModel
+from remat.api.model import OVER_BUDGET, RematModel, store_all_budget
 from remat.api.shapes import ShapeCuts
 from remat.model_errors import where_in_model
 from remat.schedules import RematError
-from remat.solver.chain.store_all import store_all_peak
 from remat.trace.proof import cut_model
 
 
@@ -117,7 +116,7 @@ def checkpoint(
 
     cuts = ShapeCuts(make_chain, repeats, warmup, compile, name=type(model).__name__.lower())
     first, x = cuts.cut_for(args, kwargs, target)
-    bytes_ = resolve_budget(budget, store_all_peak(first.profile) + first.side_bytes)  # the whole call's
+    bytes_ = resolve_budget(budget, store_all_budget(first))  # the whole call's
     return RematModel(
         cuts, first, bytes_, strategy, (args, kwargs, target), loss_given=loss is not None, over_budget=over_budget
     )

@@ -48,6 +48,11 @@ class ShapePlan:
         return self.cut.side_bytes
 
 
+def store_all_budget(cut: ShapeCut) -> int:
+    """Bytes: the whole call's store-all peak for ``cut``: the chain's plus its side values."""
+    return store_all_peak(cut.profile) + cut.side_bytes
+
+
 def _least_schedule(profile: ChainProfile) -> Schedule:
     return solve(profile, minimum_budget(profile), "optimal")
 
@@ -105,7 +110,7 @@ class RematModel(nn.Module):
     def store_all_budget(self) -> int:
         """Bytes: the budget at which the example's call stores every stage: the store-all peak
         plus the side values; a budget given as a fraction is of this."""
-        return store_all_peak(self.profile) + self._first.side_bytes
+        return store_all_budget(self._first)
 
     @property
     def plans(self) -> list[ShapePlan]:

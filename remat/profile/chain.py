@@ -91,7 +91,7 @@ def profile_stage(
     """
     device = tensors(x)[0].device
     x = detached(x)
-    pre_existing, input_bytes = existing_storages(stage, x)
+    pre_existing, activation_bytes = existing_storages(stage, x)
 
     def forward_nograd():
         with torch.no_grad():
@@ -122,7 +122,7 @@ def profile_stage(
     nograd_overhead = max(0, meter.peak_bytes - output_size)
 
     saved_size, forward_overhead, backward_overhead = record_and_backward_memory(
-        forward_record, pre_existing, input_bytes, device, last=last
+        forward_record, pre_existing, activation_bytes, device, last=last
     )
 
     forward_ms = backward_ms = 0.0  # timed by time_chain, in sequence

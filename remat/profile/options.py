@@ -51,7 +51,7 @@ def _measure(
     :func:`~remat.profile.stage.record_and_backward_memory`); ``input_grad``: the input's gradient
     is computed (as in :func:`~remat.profile.chain.profile_stage`)."""
     device = tensors(x)[0].device
-    pre_existing, input_bytes = existing_storages(stage, x)
+    pre_existing, activation_bytes = existing_storages(stage, x)
 
     def forward_record():
         leaf = grad_leaf(x, input_grad)
@@ -61,7 +61,7 @@ def _measure(
     setup = recorded(forward_record)
     run_backward(setup())  # warm-up: the first checkpointed backward builds its caches
     saved, forward_overhead, backward_overhead = record_and_backward_memory(
-        forward_record, pre_existing, input_bytes, device, last=last
+        forward_record, pre_existing, activation_bytes, device, last=last
     )
 
     def sample() -> tuple[float, float]:
@@ -93,7 +93,7 @@ def stage_options(
     found = []
     for name in names:
         saved, fo, bo, _ = measured[name]
-        saved = max(saved, record.output_size - record.handed_on)  # what it hands on is a_i's
+        saved = max(saved, record.own_output_size)  # what it hands on is a_i's
         backward_ms = record.backward_ms + max(0.0, extra(name))
         found.append(StageOption(name, int(saved), float(backward_ms), int(fo), int(bo)))
     kept: list[StageOption] = []

@@ -13,6 +13,7 @@ from torch import nn
 from remat.measure.allocator import AllocatorMeter
 from remat.measure.memory import allocated_bytes, storage_key, untracked
 from remat.runtime.release import released_backward
+from remat.schedules.chain_profile import lowest_backward_overhead
 from remat.trace import boundary
 from remat.trace.boundary import Boundary, boundary_bytes, ones_like, tensors
 
@@ -124,7 +125,7 @@ def record_and_backward_memory(
     # release), or when g_i is smaller than a_i or absent (token ids, an input that needs no
     # gradient); never below freeing all of abar[i+1] and g[i+1] (docs/model.md, "Chains").
     rise = back.peak - back.start - activation_bytes
-    return saved_size, max(0, record.peak - record.end), max(rise, -(saved_size + grad_bytes))
+    return saved_size, max(0, record.peak - record.end), max(rise, lowest_backward_overhead(saved_size, grad_bytes))
 
 
 __all__ = ["ModelState", "Recorded", "existing_storages", "record_and_backward_memory", "recorded", "run_backward"]

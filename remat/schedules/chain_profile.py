@@ -31,6 +31,14 @@ from remat.schedules.fields import (
 CHAIN_FORMAT = "remat-chain-v1"
 
 
+def lowest_backward_overhead(saved_size: int, output_size: int) -> int:
+    """The least a ``backward_overhead`` may be (bytes, <= 0): ``B i`` may free all of abar[i+1]
+    (``saved_size``) and g[i+1] (``output_size``) before its peak, never more. At that bound the
+    op's peak, ``before + g_i + overhead``, equals its memory after (``before + g_i - saved -
+    output``), so an op never peaks below what it leaves (docs/model.md, "Chains")."""
+    return -(saved_size + output_size)
+
+
 @dataclass(frozen=True)
 class StageOption:
     """One alternative recording forward of a stage (``F_all i k`` with ``k >= 1``): a different
@@ -105,6 +113,12 @@ class Stage:
     handed_on: int = 0
 
     @property
+    def own_output_size(self) -> int:
+        """Bytes of a_{i+1} that are not a_i's (``output_size - handed_on``): the least a
+        recording forward of this stage holds, so the least ``saved_size`` of any recording."""
+        return self.output_size - self.handed_on
+
+    @property
     def option_count(self) -> int:
         """Number of recording forwards: 1 (the stage's own, option 0) plus its options."""
         return 1 + len(self.options)
@@ -153,10 +167,10 @@ def _validated_option(option: Any, stage: Stage, path: str) -> StageOption:
         backward_overhead=check_size(
             option.backward_overhead,
             f"{path}.backward_overhead",
-            minimum=-(check_size(option.saved_size, f"{path}.saved_size") + stage.output_size),
+            minimum=lowest_backward_overhead(check_size(option.saved_size, f"{path}.saved_size"), stage.output_size),
         ),
     )
-    if checked.saved_size < stage.output_size - stage.handed_on:
+    if checked.saved_size < stage.own_output_size:
         raise ProfileError(
             f"{path}.saved_size: must be >= the stage's output_size less handed_on (saved includes the output)"
         )
@@ -183,9 +197,8 @@ def _validated_stage(stage: Stage, path: str) -> Stage:
         backward_overhead=check_size(
             stage.backward_overhead,
             f"{path}.backward_overhead",
-            minimum=-(
-                check_size(stage.saved_size, f"{path}.saved_size")
-                + check_size(stage.output_size, f"{path}.output_size")
+            minimum=lowest_backward_overhead(
+                check_size(stage.saved_size, f"{path}.saved_size"), check_size(stage.output_size, f"{path}.output_size")
             ),
         ),
         param_size=check_size(stage.param_size, f"{path}.param_size"),
@@ -197,7 +210,7 @@ def _validated_stage(stage: Stage, path: str) -> Stage:
     if handed_on > checked.output_size:
         raise ProfileError(f"{path}.handed_on: must be <= output_size (it is part of the output)")
     checked = dataclasses.replace(checked, handed_on=handed_on)
-    if checked.saved_size < checked.output_size - handed_on:
+    if checked.saved_size < checked.own_output_size:
         message = "output_size" if not handed_on else "output_size - handed_on"
         raise ProfileError(f"{path}.saved_size: must be >= {message} (saved includes the output)")
     options = stage.options

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from remat.schedules import ChainProfile, InfeasibleBudgetError, RematError, Schedule, Stage, format_size
+from remat.schedules.chain_profile import lowest_backward_overhead
 from remat.solver.registry import solve  # remat plan solves by strategy name, through the public entry point
 
 SIZE_FIELDS = (
@@ -161,8 +162,8 @@ class GrowthModel:
             sizes = {f: v if f == "backward_overhead" else max(0, v) for f, v in sizes.items()}
             sizes["handed_on"] = min(sizes["handed_on"], sizes["output_size"])
             sizes["saved_size"] = max(sizes["saved_size"], sizes["output_size"] - sizes["handed_on"])
-            # the one signed field (early release, docs/model.md): never below freeing abar and g
-            floor = -(sizes["saved_size"] + sizes["output_size"])
+            # the one signed field (early release, docs/model.md)
+            floor = lowest_backward_overhead(sizes["saved_size"], sizes["output_size"])
             sizes["backward_overhead"] = max(sizes["backward_overhead"], floor)
             times = {f: max(0.0, float(next(values))) for f in TIME_FIELDS}
             stages.append(Stage(name=stage.name, **sizes, **times))
