@@ -12,15 +12,17 @@ pre-allocated outside it, the chain input a_0 added as the chain model counts it
 put next to its plan's prediction and the budget. The meter covers the user's whole call, as
 the prediction and the budget do: the side values the call computes first (``bind``: masks,
 rotary tables) and the replay of the schedule (``side_bytes`` recorded too, and the worst as a
-share of the budget). Per model: distinct shapes seen, re-traces,
-profiles predicted by growth models, time to the first step of a new shape (median and worst:
-trace, proof, profile or prediction, solve, and the step), the steady-state step time of remat
-and of plain PyTorch on the same batch (interleaved, every ``--plain-every``-th step), and the
-worst allocator peak against its prediction and the budget. Writes
+share of the budget). Every step is then run by plain PyTorch from the same RNG state and its
+parameter gradients compared with ``torch.equal``. Per model: distinct shapes seen, re-traces,
+cuts general in a size, profiles predicted by growth models, time to the first step of a new
+shape (median and worst: trace and proof where one ran, profile or prediction, solve, and the
+step; and the same for the new shapes served by a general cut, untraced), the steady-state step
+time of remat and of plain PyTorch on the same batch (interleaved, every ``--plain-every``-th
+step), and the worst allocator peak against its prediction and the budget. Writes
 benchmarks/results/dynamic_shapes.json with the machine.
 
     PYTHONPATH=. python benchmarks/dynamic_shapes.py [--models gpt2 llama bert resnet50]
-        [--steps 60] [--layers 8] [--hidden 64] [--lengths 16,256] [--budget 0.5]
+        [--steps 200] [--image-steps 40] [--layers 8] [--hidden 64] [--lengths 16,512] [--budget 0.5]
 """
 
 from __future__ import annotations
@@ -110,7 +112,7 @@ def one_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
     torch.manual_seed(0)
     if name == "resnet50":
         model = build_library_model("torchvision:resnet50", {"num_classes": 10}).train()
-        batches = image_batches(args.steps, args.seed)
+        batches = image_batches(args.image_steps, args.seed)
         loss = torch.nn.functional.cross_entropy
         example = max(batches, key=lambda b: b[0].numel())
         start = time.perf_counter()
@@ -139,18 +141,25 @@ def one_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
     first_seconds = time.perf_counter() - start
     rows, plain_ms, hf_ms = [], [], []
     for k, (call_args, call_kwargs, target) in enumerate(calls):
+        known = {id(p.cut) for p in wrapped.plans}
         before = wrapped.retraces
         start = time.perf_counter()
         plan = wrapped.plan_for(*call_args, target=target, **call_kwargs)
-        new = wrapped.retraces > before
+        new, traced = id(plan.cut) not in known, wrapped.retraces > before
         # the whole call, its side values (masks, rotary tables) made inside the meter
+        torch.manual_seed(args.seed * 100_003 + k)
         peak, ms = metered(lambda a=call_args, kw=call_kwargs, t=target: wrapped(*a, target=t, **kw), model)
         total = time.perf_counter() - start
+        grads = [p.grad.clone() for p in model.parameters()]
+        torch.manual_seed(args.seed * 100_003 + k)  # plain PyTorch from the same RNG state: dropout alike
+        plain_peak, _ = metered(lambda c=(call_args, call_kwargs, target): plain(c), model)
+        equal = all(torch.equal(a, p.grad) for a, p in zip(grads, model.parameters(), strict=True))
         measured = peak + plan.cut.profile.input_size
         rows.append({
-            "step": k, "shapes": plan.cut.signature.text(), "new": new, "source": plan.cut.source,
-            "first_step_s": total if new else None, "ms": ms, "measured": measured,
+            "step": k, "shapes": plan.cut.signature.text(), "new": new, "traced": traced,
+            "source": plan.cut.source, "first_step_s": total if new else None, "ms": ms, "measured": measured,
             "predicted": plan.predicted_peak, "least": plan.least, "side_bytes": plan.side_bytes,
+            "grads_equal": equal, "plain_peak": plain_peak + plan.cut.profile.input_size,
         })  # fmt: skip
         if k % args.plain_every == 0:
             call = (call_args, call_kwargs, target)
@@ -161,6 +170,7 @@ def one_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
                     hf_peak, _ = metered(lambda c=call: plain(c), model)
                     hf_ms.append((timed(lambda c=call: plain(c)), remat_ms, measured, hf_peak + a0_bytes(call)))
     new_rows = [r for r in rows if r["new"]]
+    untraced = [r["first_step_s"] for r in new_rows if not r["traced"]]
     steady = [r["ms"] for r in rows if not r["new"]]
     worst = max(rows, key=lambda r: r["measured"] / r["predicted"])
     return {
@@ -170,9 +180,17 @@ def one_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "steps": len(rows),
         "shapes": len({(r["shapes"]) for r in rows}),
         "retraces": wrapped.retraces,
+        "general_cuts": len({id(p.cut.chain) for p in wrapped.plans if p.cut.chain.dynamic is not None}),
         "predicted_profiles": sum(1 for p in wrapped.plans if not p.cut.measured),
         "new_shape_s_median": statistics.median([r["first_step_s"] for r in new_rows]) if new_rows else None,
         "new_shape_s_worst": max([r["first_step_s"] for r in new_rows], default=None),
+        "untraced_new_shapes": len(untraced),
+        "untraced_s_median": statistics.median(untraced) if untraced else None,
+        "untraced_s_worst": max(untraced, default=None),
+        "untraced_predicted_s_worst": max(
+            (r["first_step_s"] for r in new_rows if not r["traced"] and r["source"] != "measured"), default=None
+        ),
+        "grads_equal_steps": sum(1 for r in rows if r["grads_equal"]),
         "steady_ms_median": statistics.median(steady) if steady else None,
         "plain_vs_remat_ms": plain_ms,
         "remat_over_plain": statistics.median([r / p for p, r in plain_ms]) if plain_ms else None,
@@ -192,15 +210,21 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"x{value:.2f}"
 
 
+def _seconds(median: float | None, worst: float | None) -> str:
+    return "-" if median is None else f"{median:.2f} / {worst:.2f}"
+
+
 def table(results: list[dict[str, Any]]) -> str:
-    head = ("model", "steps", "shapes", "retraces", "predicted", "new shape s (median/worst)", "steady ms",
-            "remat/plain", "remat/HF ckpt", "peak/HF ckpt (worst)", "worst meas/pred", "steps > budget",
-            "side / budget")  # fmt: skip
+    head = ("model", "steps", "shapes", "retraces", "general cuts", "predicted", "new shape s (median/worst)",
+            "untraced new shapes", "untraced s (median/worst)", "grads equal", "steady ms", "remat/plain",
+            "remat/HF ckpt", "peak/HF ckpt (worst)", "worst meas/pred", "steps > budget", "side / budget")  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
         lines.append(
-            f"| {r['model']} | {r['steps']} | {r['shapes']} | {r['retraces']} | {r['predicted_profiles']} | "
-            f"{r['new_shape_s_median']:.2f} / {r['new_shape_s_worst']:.2f} | {r['steady_ms_median']:.1f} | "
+            f"| {r['model']} | {r['steps']} | {r['shapes']} | {r['retraces']} | {r['general_cuts']} | "
+            f"{r['predicted_profiles']} | {_seconds(r['new_shape_s_median'], r['new_shape_s_worst'])} | "
+            f"{r['untraced_new_shapes']} | {_seconds(r['untraced_s_median'], r['untraced_s_worst'])} | "
+            f"{r['grads_equal_steps']}/{r['steps']} | {r['steady_ms_median']:.1f} | "
             f"x{r['remat_over_plain']:.2f} | {_ratio(r['remat_over_hf'])} | {_ratio(r['peak_over_hf_worst'])} | "
             f"{100 * r['worst_measured_over_predicted']:+.2f}% | "
             f"{r['over_budget_steps']} | {100 * r['side_over_budget_worst']:.2f}% |"
@@ -211,11 +235,12 @@ def table(results: list[dict[str, Any]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["gpt2", "llama", "bert", "resnet50"])
-    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--steps", type=int, default=200, help="steps of each text model")
+    parser.add_argument("--image-steps", type=int, default=40, help="steps of ResNet-50")
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--lengths", type=lambda s: tuple(int(v) for v in s.split(",")), default=(16, 256))
+    parser.add_argument("--lengths", type=lambda s: tuple(int(v) for v in s.split(",")), default=(16, 512))
     parser.add_argument("--budget", type=float, default=0.5)
     parser.add_argument(
         "--budget-from-hf",

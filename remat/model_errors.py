@@ -8,9 +8,11 @@ and the user's own source line, instead of a traceback or a misleading "internal
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import types
+from collections.abc import Callable, Iterator
 
 from remat.schedules import RematError
 
@@ -70,3 +72,21 @@ def model_error(error: Exception, model: str, shape: str) -> RematError | None:
     if where is None:
         return None
     return RematError(f"--model {model}: running it on an input of shape {shape} failed ({where}): {first_line(error)}")
+
+
+@contextlib.contextmanager
+def one_line_errors(what: str, locate: Callable[[BaseException], str | None] | None = None) -> Iterator[None]:
+    """Inside: an exception raised while the user's model (or loss) runs leaves as one line,
+    ``model: running it on <what> failed (<where>): <first line>``; any other passes unchanged.
+    ``locate``: where the error was raised, when it can say better than the traceback (a traced
+    stage: the node's module and the user's source line)."""
+    try:
+        yield
+    except RematError:
+        raise
+    except Exception as error:  # noqa: BLE001 - only errors from running the user's code are turned into lines
+        where = (locate and locate(error)) or where_in_model(error)
+        if where is None:
+            raise
+        where = where.replace("in TrainingStep", "in the loss")  # remat's wrapper of model + loss
+        raise RematError(f"model: running it on {what} failed ({where}): {first_line(error)}") from None

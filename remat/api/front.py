@@ -20,36 +20,26 @@ from remat.api.inputs import (
     check_count,
     check_inputs,
     check_strategy,
-    named_tensors,
+    described,
     resolve_budget,
     scalar_loss,
     split_inputs,
 )
 from remat.api.model import OVER_BUDGET, RematModel, store_all_budget
 from remat.api.shapes import ShapeCuts
-from remat.model_errors import where_in_model
+from remat.model_errors import one_line_errors
 from remat.schedules import RematError
-from remat.trace.proof import cut_model
+from remat.trace.capture import TrainingStep
+from remat.trace.proof import cut_model, prove_cut
 
 
-def _cut(model: nn.Module, args: tuple, kwargs: dict, loss: Any, target: Any, what: str) -> Any:
+def _cut(
+    model: nn.Module, args: tuple, kwargs: dict, loss: Any, target: Any, what: str, dynamic: frozenset = frozenset()
+) -> Any:
     """:func:`cut_model`, with an exception raised inside the user's model (or loss) as one line
     naming the stage, the module and the user's source line (:mod:`remat.model_errors`)."""
-    try:
-        return cut_model(model, args, kwargs, loss=loss, target=target)
-    except RematError:
-        raise
-    except Exception as error:  # noqa: BLE001 - only errors from running the user's code are turned into lines
-        where = where_in_model(error)
-        if where is None:
-            raise
-        where = where.replace("in TrainingStep", "in the loss")  # remat's wrapper of model + loss
-        lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
-        shapes = ", ".join(f"{tuple(t.shape)} {t.dtype}" for _, t in named_tensors(args, kwargs))
-        raise RematError(
-            f"model: running it on {what} ({shapes}) failed ({where}): "
-            f"{type(error).__name__}: {lines[0] if lines else '(no message)'}"
-        ) from None
+    with one_line_errors(f"{what} ({described(args, kwargs)})"):
+        return cut_model(model, args, kwargs, loss=loss, target=target, dynamic=dynamic)
 
 
 def checkpoint(
@@ -108,13 +98,17 @@ def checkpoint(
     checked_loss = None if loss is None else scalar_loss(loss)
     calls = ["the example inputs"]  # then "a batch's inputs": the cuts made after the example's
 
-    def make_chain(call_args: tuple, call_kwargs: dict, call_target: Any) -> Any:
+    def make_chain(call_args: tuple, call_kwargs: dict, call_target: Any, dynamic: frozenset) -> Any:
         check_inputs(model, call_args, call_kwargs)
-        chain = _cut(model, call_args, call_kwargs, checked_loss, call_target, calls[0])
+        chain = _cut(model, call_args, call_kwargs, checked_loss, call_target, calls[0], dynamic)
         calls[0] = "a batch's inputs"
         return chain
 
-    cuts = ShapeCuts(make_chain, repeats, warmup, compile, name=type(model).__name__.lower())
+    def prove(chain: Any, call_args: tuple, call_kwargs: dict, call_target: Any) -> None:
+        check_inputs(model, call_args, call_kwargs)
+        prove_cut(TrainingStep(model, checked_loss), chain, call_args, call_kwargs, call_target)
+
+    cuts = ShapeCuts(make_chain, prove, repeats, warmup, compile, name=type(model).__name__.lower())
     first, x = cuts.cut_for(args, kwargs, target)
     bytes_ = resolve_budget(budget, store_all_budget(first))  # the whole call's
     return RematModel(

@@ -35,6 +35,11 @@ def named_tensors(args: tuple, kwargs: dict) -> list[tuple[str, torch.Tensor]]:
     return [(name, v) for name, v in named if isinstance(v, torch.Tensor)]
 
 
+def described(args: tuple, kwargs: dict) -> str:
+    """A call's tensors for a one-line message: ``(2, 20) torch.int64, (2, 20) torch.int64``."""
+    return ", ".join(f"{tuple(t.shape)} {t.dtype}" for _, t in named_tensors(args, kwargs))
+
+
 def check_inputs(model: nn.Module, args: tuple, kwargs: dict) -> None:
     """Refuse, in one line, example inputs that the model's ``forward`` cannot take (count, names),
     that hold no tensor, that live on the meta device or on another device than the parameters,

@@ -10,14 +10,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from remat.api.inputs import check_count, check_strategy, resolve_budget
+from remat.api.inputs import check_count, check_strategy, described, resolve_budget
 from remat.api.shapes import ShapeCut, ShapeCuts
+from remat.model_errors import one_line_errors
 from remat.replay.chain import RematChain
 from remat.replay.report import compare
 from remat.schedules import ChainProfile, InfeasibleBudgetError, RematError, Schedule, format_size
 from remat.solver.chain.optimal import minimum_budget
 from remat.solver.chain.store_all import store_all_peak
 from remat.solver.registry import solve
+from remat.trace.stage_errors import traced_location
 
 OVER_BUDGET = ("refuse", "least")
 logger = logging.getLogger("remat")
@@ -138,7 +140,9 @@ class RematModel(nn.Module):
                 format_size(plan.predicted_peak),
                 format_size(self.budget),
             )
-        return plan.replay(x)
+        # a size first run here (a general cut, a predicted profile) may fail in the model itself
+        with one_line_errors(f"a batch's inputs ({described(args, kwargs)})", traced_location):
+            return plan.replay(x)
 
     def _plan(self, cut: ShapeCut, example: bool = False) -> ShapePlan:
         plan = self._plans.get(id(cut))

@@ -2,12 +2,22 @@
 signature and mask branch, and its profile, measured or predicted (docs/models.md, "Batches of
 other shapes").
 
-A traced cut is specialised to the shapes, dtypes and constants of the call it was traced on
-(TorchDynamo's graph bakes them in), and to the branch transformers' mask code took on it
-(:mod:`remat.trace.branches`). So a call of another :class:`Signature` is traced, cut and proven
-on that call, once; a call of a known signature that takes another branch (its ``bind`` raises
-:class:`~remat.trace.branches.OtherBranchError`) is too. Cuts are kept per signature, at most
-``limit`` signatures (the least recently used goes first, and is cut again if it comes back).
+A traced cut is specialised to the dtypes and constants of the call it was traced on, to the
+branch transformers' mask code took on it (:mod:`remat.trace.branches`), and to its shapes but
+for the dimensions it is general in. Cuts are kept per signature, at most ``limit`` signatures
+(the least recently used goes first, and is cut again if it comes back).
+
+NOTE [Cuts general in a size]
+The first call is traced for its own sizes. A call of a new :class:`Signature` is served, in this
+order, by a cut of its signature that takes its branch; by a general cut whose fixed sizes, shape
+guard and branch take it (no trace: only a profile, usually predicted, and a solve); else by a new
+trace, asked to stay general in the dimensions where the call differs from a signature already
+cut (a sequence length, a batch size: NOTE [Dimensions a trace is general in]). A general cut is
+proven on the call it was traced on, and on the first call of another size it serves, before
+that call runs; if that second proof fails, the cut is dropped and every later new signature is
+traced for its own sizes. So a re-trace happens for the first call, for the first call that
+differs in a new set of dimensions, for each new mask branch, and for a call outside a general
+cut's guard (a size of 1, a size the model's code fixed).
 
 NOTE [Profiles of new shapes]
 A new signature's profile is *predicted* instead of measured when it lies on a line of measured
@@ -19,8 +29,7 @@ by least squares), as ``remat plan`` does. A prediction is used only for ``x`` i
 measured range: there a piecewise-linear field (a maximum of linear terms, which is convex) is
 interpolated by a chord, which lies above it, so a predicted size is never below the real one;
 outside it, and while the fit needs another size to tell a degree, the new signature is measured
-and joins its family. The trace and the proof are never skipped: each signature runs only in a
-form proven equal to the model on a call of that signature.
+and joins its family.
 """
 
 from __future__ import annotations
@@ -35,12 +44,15 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
+from remat.api.inputs import described
 from remat.measure.memory import storage_bytes
+from remat.model_errors import one_line_errors
 from remat.profile.chain import profile_chain
 from remat.runtime.compiled import compile_chain
 from remat.schedules import ChainProfile, RematError
 from remat.solver.plan import GrowthModel, fit_growth
 from remat.trace.branches import OtherBranchError, pinned_verdicts
+from remat.trace.stage_errors import traced_location
 from remat.trace.stages import CutChain, leaf_check
 
 MIN_POINTS = 3  # fit_growth fits 2 sizes and checks 1 at the least
@@ -115,7 +127,8 @@ class ShapeCut:
 
     Attributes:
         signature: the calls it serves.
-        chain: the cut, proven equal to the model on a call of that signature.
+        chain: the cut, proven equal to the model on a call of that signature, or a cut general in
+            the sizes that differ, proven on two sizes (NOTE [Cuts general in a size]).
         profile: measured on that call, or predicted (NOTE [Profiles of new shapes]).
         source: ``"measured"`` or ``"predicted (<growth> in x, from x = a, b, c)"``.
         branch: the mask-branch verdicts pinned in the trace (empty: none).
@@ -183,16 +196,28 @@ def predicted_profile(
     return growth.profile_at(x), f"predicted ({growth.kind} in the varying size, from sizes {sizes_text})"
 
 
+@dataclass(eq=False)
+class _General:
+    """A cut general in some input dimensions (NOTE [Cuts general in a size]) and the signatures
+    it was proven on (the one it was traced on, then the first other one it serves)."""
+
+    chain: CutChain
+    proven_on: list[Signature]
+
+
 class ShapeCuts:
     """The cuts of one model, per signature and branch, made on demand (see the module docstring).
 
-    ``make_chain(args, kwargs, target)`` traces, cuts and proves the model on a call; a measured
-    profile takes ``repeats`` timed runs after ``warmup`` (:func:`profile_chain`), on stages
-    compiled first when ``compile``. Not thread-safe."""
+    ``make_chain(args, kwargs, target, dynamic)`` traces, cuts and proves the model on a call,
+    general in the ``dynamic`` input dimensions where the model lets it; ``prove(chain, args,
+    kwargs, target)`` proves a cut on another call. A measured profile takes ``repeats`` timed
+    runs after ``warmup`` (:func:`profile_chain`), on stages compiled first when ``compile``
+    (compiled stages are per signature: no general cuts then). Not thread-safe."""
 
     def __init__(
         self,
-        make_chain: Callable[[tuple, dict, Any], CutChain],
+        make_chain: Callable[[tuple, dict, Any, frozenset], CutChain],
+        prove: Callable[[CutChain, tuple, dict, Any], None],
         repeats: int,
         warmup: int,
         compile: bool,  # noqa: A002 - remat.checkpoint's option
@@ -200,13 +225,16 @@ class ShapeCuts:
         limit: int = 256,
     ) -> None:
         self._make_chain = make_chain
+        self._prove = prove
         self._repeats = repeats
         self._warmup = warmup
         self._compile = compile
         self._name = name
         self._limit = limit
         self._cuts: OrderedDict[Signature, list[ShapeCut]] = OrderedDict()
-        self.retraces = 0  # cuts made after the first
+        self._general: list[_General] = []
+        self._specialise = False  # a general cut failed its proof at a second size: trace per size
+        self.retraces = 0  # cuts traced after the first
 
     def __len__(self) -> int:
         return sum(len(cuts) for cuts in self._cuts.values())
@@ -220,29 +248,82 @@ class ShapeCuts:
         input a_0; the side values are set)."""
         leaves, spec = pytree.tree_flatten((args, kwargs, target))
         signature = Signature.of(leaves, spec)
-        known = self._cuts.get(signature, [])
-        for cut in known:
+        for cut in self._cuts.get(signature, []):
             try:
                 x = cut.chain.bind(*args, target=target, **kwargs)
             except OtherBranchError:
                 continue
             self._cuts.move_to_end(signature)
             return cut, x
-        cut = self._new(signature, args, kwargs, target)
+        cut = self._served(signature, args, kwargs, target) or self._new(signature, args, kwargs, target)
         self._cuts.setdefault(signature, []).append(cut)
         self._cuts.move_to_end(signature)
         while len(self._cuts) > self._limit:
             self._cuts.popitem(last=False)
         return cut, cut.chain.bind(*args, target=target, **kwargs)
 
+    def _served(self, signature: Signature, args: tuple, kwargs: dict, target: Any) -> ShapeCut | None:
+        """A cut of this call from a general cut that takes it (its sizes, guard and branch), with
+        a new profile and no trace; None when none does."""
+        for general in reversed(self._general):
+            start = time.perf_counter()
+            try:
+                general.chain.bind(*args, target=target, **kwargs)
+            except RematError:  # another fixed size, the guard, another branch: not this cut's call
+                continue
+            own = _own_leaves((args, kwargs, target))
+            if len(general.proven_on) < 2:  # NOTE [Cuts general in a size]: a second size, once
+                try:
+                    self._prove(general.chain, *own)
+                except RematError:  # not equal at this size: this call, and later ones, traced per size
+                    self._general.remove(general)
+                    self._specialise = True
+                    return None
+                general.proven_on.append(signature)
+            with one_line_errors(f"a batch's inputs ({described(args, kwargs)})", traced_location):
+                return self._profiled(signature, general.chain, own, start)
+        return None
+
     def _new(self, signature: Signature, args: tuple, kwargs: dict, target: Any) -> ShapeCut:
         start = time.perf_counter()
         # the trace, the proof and the profile run on leaves of their own: their backwards must
         # not reach the user's tensors (a call's input that requires grad got 3x its gradient)
-        args, kwargs, target = _own_leaves((args, kwargs, target))
-        chain = self._make_chain(args, kwargs, target)
+        own = _own_leaves((args, kwargs, target))
+        chain = self._make_chain(*own, self._dimensions(signature))
         if self._cuts:
             self.retraces += 1
+        if chain.dynamic is not None:
+            self._general.append(_General(chain, [signature]))
+        return self._profiled(signature, chain, own, start)
+
+    def _dimensions(self, signature: Signature) -> frozenset[tuple[int, int]]:
+        """The input dimensions (leaf index, dimension) a new trace for ``signature`` is asked to
+        keep general: a general cut's, with those in which ``signature`` differs from the call it
+        was traced on (a batch size beside an image size); else those in which it differs from a
+        signature already cut, on a line. None for the first call, or with compiled stages."""
+        if self._compile or self._specialise:
+            return frozenset()
+        leaf = [i for i, _, _ in signature.rest[1]]  # tensor k is flattened leaf leaf[k]
+        for general in reversed(self._general):
+            base = general.proven_on[0]
+            if base.rest == signature.rest and [len(s) for s in base.shapes] == [len(s) for s in signature.shapes]:
+                differ = {
+                    (leaf[k], d)
+                    for k, (a, b) in enumerate(zip(base.shapes, signature.shapes, strict=True))
+                    for d, (u, v) in enumerate(zip(a, b, strict=True))
+                    if u != v
+                }
+                return general.chain.dynamic.dims | differ
+        for known in reversed(self._cuts):
+            step = along(known, signature)
+            if step is not None:
+                return frozenset((leaf[k], d) for k, d in step[0])
+        return frozenset()
+
+    def _profiled(self, signature: Signature, chain: CutChain, own: tuple, start: float) -> ShapeCut:
+        """``signature``'s cut on ``chain``: its profile predicted (NOTE [Profiles of new shapes]) or
+        measured on the call ``own``."""
+        args, kwargs, target = own
         x = chain.bind(*args, target=target, **kwargs)
         branch = pinned_verdicts(chain.plan.gm)
         if self._compile:

@@ -41,7 +41,7 @@ def _verdict(name: str, result: Any) -> bool:
 
 
 def _static(rest: tuple) -> bool:
-    return all(v is None or isinstance(v, int) for v in rest)
+    return all(v is None or isinstance(v, (int, torch.SymInt)) for v in rest)
 
 
 @torch.library.custom_op("remat::same_branch", mutates_args=())
@@ -96,16 +96,26 @@ def _record(module: Any, originals: dict[str, Callable], run: Callable[[], Any])
     finally:
         for name, original in originals.items():
             setattr(module, name, original)
+    for name in originals:
+        verdicts = {v for key, v in table.items() if key[0] == name}
+        if len(verdicts) == 1 and None not in verdicts:
+            table[(name,)] = verdicts.pop()
     return table
 
 
 def _replayer(name: str, original: Callable, table: dict[tuple, bool | None]) -> Callable:
     def replay(tensor: Any = None, *rest: Any) -> Any:
-        verdict = table.get((name, *rest)) if _static(rest) else None
+        # one verdict for every call of ``name``: no look at the sizes, which a trace with dynamic
+        # dimensions would specialise by the lookup; else the verdict of these static arguments
+        if (name,) in table:
+            verdict = table[(name,)]
+        else:
+            verdict = table.get((name, *rest)) if _static(rest) else None
         if verdict is None:
             return original(tensor, *rest)
         if isinstance(tensor, torch.Tensor):
-            static = [0 if v is None else int(v) for v in rest]
+            # a symbolic size stays symbolic: the guard re-decides with each call's own sizes
+            static = [0 if v is None else v for v in rest]
             none_at = [i for i, v in enumerate(rest) if v is None]
             torch._assert_async(torch.ops.remat.same_branch(tensor, name, static, none_at, verdict))
         if PINNED[name] == "none":

@@ -7,17 +7,28 @@ The training step is the model's forward followed by :func:`reduce_output` (its 
 what is differentiated: the user's loss, the model's own ``.loss``, or its one output tensor).
 :func:`trace` runs it under ``torch.compile(fullgraph=True, dynamic=False)`` with a backend that
 only keeps the graph; :mod:`remat.trace.cut` explains why dynamo is the tracer.
+
+NOTE [Dimensions a trace is general in]
+A trace may be asked to keep some input dimensions symbolic (``maybe_mark_dynamic``: a sequence
+length, a batch size). Dynamo then writes sizes as expressions of graph inputs (SymInt
+placeholders, bound per call from the input's shape) where the model lets it, and specialises a
+dimension the model's code fixes (a ``view`` to a literal size); only the dimensions still
+symbolic after the trace are general (:class:`DynamicDims`). What dynamo assumed of them (two
+dimensions equal, a size at least 2, ...) is its shape environment's guard, kept as an expression
+and evaluated on every call's inputs: a call that fails it is not run on this graph.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx as fx
 from torch import nn
+from torch.utils import _pytree as pytree
 
 from remat.schedules import ProfileError, RematError
 from remat.trace import branches
@@ -65,14 +76,70 @@ def _quiet_logging() -> set:
     return {getattr(logger, n) for n in names if hasattr(logger, n)}
 
 
-def trace(step: TrainingStep, args: tuple, kwargs: dict, target: Any) -> tuple[fx.GraphModule, list[Any]]:
-    """Dynamo's graph of ``step(args, kwargs, target)`` and the values of its placeholders.
+@dataclass(frozen=True, eq=False)
+class DynamicDims:
+    """The input dimensions a trace is general in (NOTE [Dimensions a trace is general in]).
+
+    Attributes:
+        dims: ``(leaf index, dimension)`` pairs of the flattened call inputs left symbolic.
+        leaves: the flattened inputs the guard reads, in its order.
+        guard: dynamo's shape guard over those leaves (a Python expression), None: no condition.
+        shape_env: the shape environment that evaluates it.
+    """
+
+    dims: frozenset[tuple[int, int]]
+    leaves: tuple[int, ...]
+    guard: str | None
+    shape_env: Any
+
+    def accepts(self, leaves: list[Any]) -> bool:
+        """Whether a call's flattened inputs satisfy what the trace assumed of its symbolic sizes."""
+        if self.guard is None:
+            return True
+        return bool(self.shape_env.evaluate_guards_expression(self.guard, [leaves[i] for i in self.leaves]))
+
+
+def _symbolic(size: Any) -> bool:
+    """A size still symbolic after the trace (not replaced by a number by a later specialisation)."""
+    return isinstance(size, torch.SymInt) and not size.node.expr.is_number
+
+
+def _dynamic_dims(gm: fx.GraphModule, examples: list[Any], leaves: list[Any], asked: frozenset) -> DynamicDims | None:
+    """The asked dimensions that stayed symbolic in ``gm``, with the guard on them (None: none did)."""
+    index_of = {id(leaf): i for i, leaf in reversed(list(enumerate(leaves))) if isinstance(leaf, torch.Tensor)}
+    fakes: dict[int, Any] = {}
+    for node, value in zip((n for n in gm.graph.nodes if n.op == "placeholder"), examples, strict=True):
+        if isinstance(value, torch.Tensor) and id(value) in index_of:
+            fakes.setdefault(index_of[id(value)], node.meta.get("example_value"))
+    # a dimension stays general where the graph reads it as a symbol, or never reads its input
+    kept = frozenset((i, d) for i, d in asked if i not in fakes or _symbolic(fakes[i].shape[d]))
+    if not kept or all(i not in fakes for i, _ in kept):
+        return None
+    order = tuple(sorted(i for i, fake in fakes.items() if isinstance(fake, torch.Tensor)))
+    if not order:
+        return None
+    shape_env = fakes[order[0]].fake_mode.shape_env
+    guard = shape_env.produce_guards_expression([fakes[i] for i in order])
+    return DynamicDims(kept, order, guard, shape_env)
+
+
+def trace(
+    step: TrainingStep, args: tuple, kwargs: dict, target: Any, dynamic: Iterable[tuple[int, int]] = ()
+) -> tuple[fx.GraphModule, list[Any], DynamicDims | None]:
+    """Dynamo's graph of ``step(args, kwargs, target)``, the values of its placeholders, and the
+    ``dynamic`` dimensions (``(leaf index, dimension)`` of the flattened inputs) it stayed general
+    in (NOTE [Dimensions a trace is general in]; None: it is specialised to every size).
 
     The traced call runs the model once (twice for a Hugging Face model: :mod:`remat.trace.branches`
     records its mask decisions eagerly first): the caller saves and restores its state around it.
     Resets dynamo's caches (before and after) so that this trace neither hits nor leaves one.
+    The inputs are marked in place (dynamo's attribute on the tensor): pass tensors of your own.
     """
     captured: list[tuple[fx.GraphModule, list[Any]]] = []
+    asked = frozenset(dynamic)
+    leaves = pytree.tree_leaves((args, kwargs, target))
+    for i, d in asked:
+        torch._dynamo.maybe_mark_dynamic(leaves[i], d)
 
     def keep(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
         captured.append((gm, list(example_inputs)))
@@ -96,7 +163,8 @@ def trace(step: TrainingStep, args: tuple, kwargs: dict, target: Any) -> tuple[f
         torch._dynamo.reset()
     if len(captured) != 1:
         raise RematError(f"model: tracing {type(step.model).__name__} gave {len(captured)} graphs, expected one")
-    return captured[0]
+    gm, examples = captured[0]
+    return gm, examples, _dynamic_dims(gm, examples, leaves, asked) if asked else None
 
 
 def first_tensor_index(leaves: list[Any]) -> int:
@@ -119,4 +187,4 @@ def trace_fx(model: nn.Module) -> fx.GraphModule:
         ) from exc
 
 
-__all__ = ["trace_fx", "TrainingStep", "first_tensor_index", "reduce_output", "trace"]
+__all__ = ["DynamicDims", "trace_fx", "TrainingStep", "first_tensor_index", "reduce_output", "trace"]

@@ -42,6 +42,7 @@ that let a stage run in any grad mode and any number of times) and :mod:`remat.t
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -74,15 +75,18 @@ def _aliasing_stage(chain: CutChain, x: torch.Tensor) -> int | None:
     return None
 
 
-def cut_step(step: TrainingStep, args: tuple, kwargs: dict, target: Any = None) -> CutChain:
-    """Trace ``step`` on the example and cut it (not yet proven: see :func:`remat.trace.proof.cut_model`).
+def cut_step(
+    step: TrainingStep, args: tuple, kwargs: dict, target: Any = None, dynamic: frozenset[tuple[int, int]] = frozenset()
+) -> CutChain:
+    """Trace ``step`` on the example and cut it (not yet proven: see :func:`remat.trace.proof.cut_model`),
+    general in the ``dynamic`` input dimensions where the model lets it (:func:`trace`).
 
     The caller saves and restores the model's state (the trace and the aliasing check run it)."""
     leaves, spec = pytree.tree_flatten((args, kwargs, target))
     input_index = first_tensor_index(leaves)
-    gm, examples = trace(step, args, kwargs, target)
+    gm, examples, general = trace(step, args, kwargs, target, dynamic)
     plan_ = plan(step, gm, examples, leaves, input_index)
-    check = leaf_check(leaves, spec)
+    check = dataclasses.replace(leaf_check(leaves, spec), dynamic=general)
     chain = CutChain(plan_, check, input_index)
     while len(plan_.stages) > 1:
         k = _aliasing_stage(chain, chain.bind(*args, target=target, **kwargs))

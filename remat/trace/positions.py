@@ -33,7 +33,9 @@ from remat.trace.nodes import (
 @dataclass(frozen=True)
 class Source:
     """Where a placeholder's value comes from at run time: ``kind`` is ``param``, ``buffer``,
-    ``input`` (``index`` into the flattened call inputs) or ``const`` (``value`` held as traced)."""
+    ``input`` (``index`` into the flattened call inputs), ``size`` (dimension ``value`` of input
+    ``index``: a symbolic size, NOTE [Dimensions a trace is general in]) or ``const`` (``value``
+    held as traced)."""
 
     kind: str
     index: int = -1
@@ -50,8 +52,12 @@ def _sources(step: TrainingStep, gm: fx.GraphModule, examples: list[Any], leaves
             first_leaf.setdefault(id(leaf), index)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     sources: dict[fx.Node, Source] = {}
+    fakes = {first_leaf[id(v)]: example_value(n) for n, v in zip(placeholders, examples, strict=True)
+             if isinstance(v, torch.Tensor) and id(v) in first_leaf}  # fmt: skip
     for node, value in zip(placeholders, examples, strict=True):
-        if id(value) in params:
+        if isinstance(value, torch.SymInt):
+            sources[node] = _size_source(node, value, fakes)
+        elif id(value) in params:
             sources[node] = Source("param", value=value, trainable=value.requires_grad)
         elif id(value) in buffers:
             sources[node] = Source("buffer", value=value)
@@ -63,6 +69,16 @@ def _sources(step: TrainingStep, gm: fx.GraphModule, examples: list[Any], leaves
         else:
             sources[node] = Source("const", value=value)
     return sources
+
+
+def _size_source(node: fx.Node, size: torch.SymInt, fakes: dict[int, Any]) -> Source:
+    """The input dimension a SymInt placeholder reads: the first input whose traced shape holds
+    that symbol (dynamo lifts each symbol of the inputs' sizes as a graph input)."""
+    for index, fake in sorted(fakes.items()):
+        for dim, other in enumerate(getattr(fake, "shape", ())):
+            if isinstance(other, torch.SymInt) and other.node.expr == size.node.expr:
+                return Source("size", index=index, value=dim)
+    raise RematError(f"model: its trace reads a size ({node.name} = {size.node.expr}) of no input dimension")
 
 
 @dataclass(frozen=True)

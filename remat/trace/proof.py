@@ -484,17 +484,19 @@ def check_forward_kinds(
 
 def cut_model(
     model: nn.Module, args: tuple, kwargs: dict, loss: Callable[..., torch.Tensor] | None = None, target: Any = None,
-    options: StageOptions | None = None,
+    options: StageOptions | None = None, dynamic: frozenset[tuple[int, int]] = frozenset(),
 ) -> CutChain:  # fmt: skip
     """Trace, cut and prove ``model``'s training step on the example ``(args, kwargs)``; ``options``:
-    the recording options the chain will offer, proven too (:func:`check_forward_kinds`)."""
+    the recording options the chain will offer, proven too (:func:`check_forward_kinds`);
+    ``dynamic``: input dimensions to keep general where the model lets it
+    (NOTE [Dimensions a trace is general in]; the cut is proven on this example's sizes only)."""
     step = TrainingStep(model, loss)
     saved = _Saved(step)
     try:
         with torch.no_grad():
             step(args, kwargs, target)  # eager first: bad inputs and outputs fail here, in plain terms
         saved.reset()
-        chain = cut_step(step, args, kwargs, target)  # a stage that fails while it is cut: one line
+        chain = cut_step(step, args, kwargs, target, dynamic)  # a stage that fails while it is cut: one line
         chain = fuse_unsaved_handoffs(chain, args, kwargs, target)
     finally:
         saved.restore()

@@ -127,6 +127,13 @@ def raising_node(error: BaseException) -> fx.Node | None:
     return found
 
 
+def traced_location(error: BaseException) -> str | None:
+    """Where in a traced stage ``error`` was raised (its node's module and the user's source line),
+    or None when no stage's generated code is on its traceback."""
+    node = raising_node(error)
+    return None if node is None else node_location(node)
+
+
 def stage_error(name: str, stage: nn.Module, x: Any, error: BaseException, kind: str = "") -> RematError:
     """The one-line :class:`RematError` for ``error``, raised while stage ``name`` ran on ``x``
     (as ``kind``, a forward kind of the replay, when given)."""

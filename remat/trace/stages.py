@@ -17,6 +17,7 @@ from torch.utils import _pytree as pytree
 
 from remat.schedules import RematError
 from remat.trace.boundary import Boundary, tensors
+from remat.trace.capture import DynamicDims
 from remat.trace.chain import Chain
 from remat.trace.grad_mode import within_entry_grad_mode
 from remat.trace.nodes import is_context
@@ -107,6 +108,7 @@ class LeafCheck:
     constants: tuple[tuple[int, Any], ...]
     aliases: tuple[tuple[int, int], ...]
     grads: tuple[int, ...] = ()  # the tensor leaves that require grad (the profile's input_grad)
+    dynamic: DynamicDims | None = None  # the dimensions the trace is general in (None: none)
 
 
 def leaf_check(leaves: list[Any], spec: Any) -> LeafCheck:
@@ -148,6 +150,7 @@ class CutChain(Chain):
         self._prelude = within_entry_grad_mode(prelude)  # the caller's grad mode after bind, too
         self._prelude_outputs = [n.name for n in wanted]
         self._input_of = {n.name: s.index for n, s in plan_.sources.items() if s.kind == "input"}
+        self._size_of = {n.name: (s.index, s.value) for n, s in plan_.sources.items() if s.kind == "size"}
         self._check = check
         self._input_index = input_index
         self.plan = plan_
@@ -158,6 +161,7 @@ class CutChain(Chain):
         leaves, spec = pytree.tree_flatten((args, kwargs, target))
         self._validate(leaves, spec)
         values = {name: leaves[index] for name, index in self._input_of.items()}
+        values.update((name, leaves[index].shape[dim]) for name, (index, dim) in self._size_of.items())
         computed = self._prelude(*[values[name] for name in self._prelude_inputs])
         values.update(zip(self._prelude_outputs, computed, strict=True))
         self.context.values = values
@@ -167,14 +171,20 @@ class CutChain(Chain):
         """``bind`` then the plain (no remat) chain: the cut model's training-step output."""
         return self(self.bind(*args, target=target, **kwargs))
 
+    @property
+    def dynamic(self) -> DynamicDims | None:
+        """The input dimensions this cut is general in (None: it is for the traced example's sizes)."""
+        return self._check.dynamic
+
     def _validate(self, leaves: list[Any], spec: Any) -> None:
         check = self._check
         if spec != check.spec:
             raise RematError("inputs: not the same arguments as the example the model was cut on")
+        general = check.dynamic.dims if check.dynamic is not None else frozenset()
         for i, shape, dtype, device in check.tensors:
             leaf = leaves[i]
-            if not isinstance(leaf, torch.Tensor) or (tuple(leaf.shape), leaf.dtype, leaf.device.type) != (
-                shape,
+            if not isinstance(leaf, torch.Tensor) or (_fixed(leaf.shape, i, general), leaf.dtype, leaf.device.type) != (
+                _fixed(shape, i, general),
                 dtype,
                 device,
             ):
@@ -190,6 +200,16 @@ class CutChain(Chain):
         for i, expected in check.aliases:
             if first.setdefault(id(leaves[i]), i) != expected:
                 raise RematError("inputs: which arguments are the same tensor differs from the example")
+        if check.dynamic is not None and not check.dynamic.accepts(leaves):
+            shapes = ", ".join(str(tuple(leaves[i].shape)) for i in check.dynamic.leaves)
+            raise RematError(
+                f"inputs: sizes {shapes} break what the trace assumed of its general dimensions ({check.dynamic.guard})"
+            )
+
+
+def _fixed(shape: Any, leaf: int, general: frozenset[tuple[int, int]]) -> tuple:
+    """``shape`` with the dimensions the cut is general in blanked (they may take any size)."""
+    return tuple(None if (leaf, d) in general else int(n) for d, n in enumerate(shape))
 
 
 __all__ = ["CutChain", "CutStage", "LeafCheck", "leaf_check"]

@@ -81,8 +81,14 @@ def test_every_batch_shape_trains_exactly_under_one_budget():
         plan = wrapped.plan_for(**inputs)
         assert plan.predicted_peak <= budget or plan.least
         assert plan.schedule.predicted.recompute_ms > 0, "every shape recomputes at this budget"
-    assert wrapped.retraces == 4  # (3, 8), (2, 12), (2, 5), (1, 8): each cut once, repeats reuse theirs
+    # (3, 8): general in the batch; (2, 12): general in the length, and it serves (2, 5) untraced;
+    # (1, 8): a batch of 1 is outside a general cut's guard (dynamo specialises a size of 1), so
+    # it is traced again (general in the length only)
+    assert wrapped.retraces == 3
     assert len(wrapped.plans) == 5
+    general = wrapped.plan_for(**_tokens(2, 12)).cut.chain
+    assert general.dynamic is not None and wrapped.plan_for(**_tokens(2, 5)).cut.chain is general
+    assert wrapped.plan_for(**_tokens(1, 8)).cut.chain is not general
 
 
 @pytest.mark.slow
@@ -195,7 +201,8 @@ def test_a_hugging_face_loop_with_dynamic_padding_and_accumulation(name):
     model = {"gpt2": gpt2, "llama": llama}[name]().train()
     reference = {"gpt2": gpt2, "llama": llama}[name]().train()
     reference.load_state_dict(model.state_dict())
-    batches = [[8, 5, 8], [8, 8, 8], [6, 6, 6], [8, 3, 8]]  # padded, unpadded, shorter, padded again
+    # padded, unpadded, shorter, padded again; then new lengths of both branches, each on its general cut
+    batches = [[8, 5, 8], [8, 8, 8], [6, 6, 6], [8, 3, 8], [10, 7, 10], [12, 12, 12], [5, 9, 2], [7, 7, 7]]
     batches = [_padded_batch(lengths, VOCAB, seed=k) for k, lengths in enumerate(batches)]
     wrapped = remat.checkpoint(model, batches[0], budget="80%", repeats=1, warmup=0, over_budget="least")
     optimizers = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (model, reference)]
@@ -213,7 +220,11 @@ def test_a_hugging_face_loop_with_dynamic_padding_and_accumulation(name):
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), reference.parameters(), strict=True))
     branches = {plan.cut.branch for plan in wrapped.plans}
     assert len(branches) == 2, branches  # padded and unpadded batches: both branches cut and proven
-    assert wrapped.retraces == 2  # (3, 8) unpadded and (3, 6); (3, 8) padded again reuses the first cut
+    # (3, 8) unpadded (its own sizes: no other unpadded call yet), (3, 6) unpadded (general in the
+    # length), (3, 10) padded (general in the length); lengths 12, 9 and 7 are served untraced
+    assert wrapped.retraces == 3
+    for k in (5, 6, 7):
+        assert wrapped.plan_for(**batches[k]).cut.chain.dynamic is not None, k
 
 
 class Positional(nn.Module):
@@ -242,7 +253,49 @@ def test_a_batch_the_model_cannot_take_is_one_line_and_the_loop_goes_on():
     assert "\n" not in message and "a batch's inputs ((2, 20) torch.int64" in message and "IndexError" in message
     assert wrapped.retraces == 0  # nothing was cut for it
     wrapped(**_tokens(2, 10)).backward()  # the next batch trains
+    wrapped(**_tokens(2, 11)).backward()  # on the cut general in the length
     assert wrapped.retraces == 1
+    # a cut general in the length takes 20 tokens too (its guard knows no table size): the model's
+    # own error, as one line naming the module and the line, before any gradient
+    model.zero_grad(set_to_none=True)
+    with pytest.raises(RematError) as info:
+        wrapped(**_tokens(2, 20))
+    message = str(info.value)
+    assert "\n" not in message and "(2, 20) torch.int64" in message and "Embedding 'positions'" in message
+    assert "test_shapes.py" in message and all(p.grad is None for p in model.parameters())
+    wrapped(**_tokens(2, 9)).backward()
+    assert wrapped.retraces == 1
+
+
+def test_a_cut_general_in_the_length_serves_new_lengths_untraced_and_exactly(monkeypatch):
+    """After a second length, the cut is traced once more, general in the length (NOTE [Cuts
+    general in a size]); it is proven on exactly one more length (proofs counted), every later
+    length trains on it with no trace and gradients equal to plain PyTorch's; a length of 1 is
+    outside its guard and gets a cut of its own."""
+    import remat.api.front as front
+
+    proofs = []
+    real_prove = front.prove_cut
+    monkeypatch.setattr(
+        front, "prove_cut", lambda *a, **k: proofs.append(a[3]["input_ids"].shape) or real_prove(*a, **k)
+    )
+    torch.manual_seed(0)
+    model = TokenModel(depth=2).train()
+    wrapped = remat.checkpoint(model, _tokens(2, 8), budget=10**9, repeats=1, warmup=0)
+    traced_once = len(proofs)  # the example's own proof, inside cut_model
+    for k, length in enumerate((10, 12, 5, 9, 12, 7)):
+        inputs = _tokens(2, length, seed=k)
+        plain = _plain_step(model, inputs, seed=k)
+        replayed = _remat_step(wrapped, model, inputs, seed=k)
+        assert torch.equal(plain[0], replayed[0]), length
+        assert all(torch.equal(a, b) for a, b in zip(plain[1], replayed[1], strict=True)), length
+    assert wrapped.retraces == 1
+    general = wrapped.plan_for(**_tokens(2, 10)).cut.chain
+    assert general.dynamic is not None and {(0, 1), (1, 1)} <= general.dynamic.dims
+    assert all(wrapped.plan_for(**_tokens(2, n)).cut.chain is general for n in (12, 5, 9, 7))
+    assert proofs[traced_once:] == [torch.Size([2, 12])], proofs  # one proof on one more length, no more
+    wrapped(**_tokens(2, 1)).backward()  # one token: dynamo assumed a length of at least 2
+    assert wrapped.retraces == 2 and wrapped.plan_for(**_tokens(2, 1)).cut.chain is not general
 
 
 def test_an_input_that_requires_grad_is_cut_on_its_own_and_gets_the_plain_gradient():
