@@ -62,8 +62,9 @@ def checkpoint(
         example_inputs: a tensor, a tuple of positional inputs, or a dict of keyword inputs
             (``{"input_ids": ids, "labels": ids}``); integer token ids are fine. The budget's
             fraction or percentage is of this example's store-all peak. Calls with other shapes
-            (or another mask branch) are cut, proven and solved the first time they come
-            (:mod:`remat.api.shapes`).
+            (or another mask branch) are profiled or predicted and solved the first time they come,
+            on a cut general in the sizes that change (traced once per set of changing dimensions
+            and branch: :mod:`remat.api.shapes`).
         budget: bytes (int), a size (``"6GiB"``), a percentage of the store-all peak (``"40%"``) or a
             fraction of it (float in (0, 1]). Activation memory of the step, parameters excluded.
         loss: optional ``loss(output)`` or ``loss(output, target)``; without it the step

@@ -65,8 +65,10 @@ class RematModel(nn.Module):
     step's output (the loss, or the model's one output tensor), to call ``.backward()`` on.
 
     Calls of another shape (a ragged last batch, another sequence length, a padded or unpadded
-    batch) are cut, proven and solved under the same budget in bytes the first time they come
-    (:mod:`remat.api.shapes`), then cached. ``.schedule`` and ``.profile`` are the example's;
+    batch) are profiled (or predicted) and solved under the same budget in bytes the first time
+    they come, on a cut general in the sizes that change, traced and proven once per set of
+    changing dimensions and mask branch (NOTE [Cuts general in a size], :mod:`remat.api.shapes`),
+    then cached. ``.schedule`` and ``.profile`` are the example's;
     ``.plan_for(...)`` and ``.plans`` give every shape's. ``.report()`` measures steps on the
     example input and puts them next to the prediction.
     """

@@ -275,21 +275,29 @@ class ShapeCuts:
             if len(general.proven_on) < 2:  # NOTE [Cuts general in a size]: a second size, once
                 try:
                     self._prove(general.chain, *own)
-                except RematError:  # not equal at this size: this call, and later ones, traced per size
+                except RematError:
+                    # this call traced for its own sizes: its one-line error if the model itself
+                    # fails on it (the general cut stays); else the general cut differs from the
+                    # model at this size, so it goes, and later calls are traced per size too
+                    cut = self._new(signature, args, kwargs, target, frozenset())
                     self._general.remove(general)
                     self._specialise = True
-                    return None
+                    return cut
                 general.proven_on.append(signature)
             with one_line_errors(f"a batch's inputs ({described(args, kwargs)})", traced_location):
                 return self._profiled(signature, general.chain, own, start)
         return None
 
-    def _new(self, signature: Signature, args: tuple, kwargs: dict, target: Any) -> ShapeCut:
+    def _new(
+        self, signature: Signature, args: tuple, kwargs: dict, target: Any, dimensions: frozenset | None = None
+    ) -> ShapeCut:
+        """A new trace of this call, general in ``dimensions`` (default :meth:`_dimensions`)."""
         start = time.perf_counter()
         # the trace, the proof and the profile run on leaves of their own: their backwards must
         # not reach the user's tensors (a call's input that requires grad got 3x its gradient)
         own = _own_leaves((args, kwargs, target))
-        chain = self._make_chain(*own, self._dimensions(signature))
+        dims = self._dimensions(signature) if dimensions is None else dimensions
+        chain = self._make_chain(*own, dims)
         if self._cuts:
             self.retraces += 1
         if chain.dynamic is not None:
@@ -334,10 +342,12 @@ class ShapeCuts:
         if guess is None:
             batch = int(x.shape[0]) if x.dim() > 0 else 1
             name = f"{self._name}-b{batch}-{x.device.type}"
+            # a cut already measured at another size is warm, and a size measured on it is mostly
+            # a point of its growth fit (least squares over the sizes): timed once, no warmup
+            warm = any(c.measured and c.chain is chain for c in measured)
+            repeats, warmup = (1, 0) if warm else (self._repeats, self._warmup)
             # g_0 only where the call's input requires grad (which is part of its signature)
-            profile = profile_chain(
-                chain, x, name=name, repeats=self._repeats, warmup=self._warmup, input_grad=x.requires_grad
-            )
+            profile = profile_chain(chain, x, name=name, repeats=repeats, warmup=warmup, input_grad=x.requires_grad)
             source = "measured"
         else:
             profile, source = guess

@@ -252,19 +252,43 @@ def test_a_batch_the_model_cannot_take_is_one_line_and_the_loop_goes_on():
     message = str(info.value)
     assert "\n" not in message and "a batch's inputs ((2, 20) torch.int64" in message and "IndexError" in message
     assert wrapped.retraces == 0  # nothing was cut for it
-    wrapped(**_tokens(2, 10)).backward()  # the next batch trains
-    wrapped(**_tokens(2, 11)).backward()  # on the cut general in the length
+    wrapped(**_tokens(2, 10)).backward()  # the next batch trains, on a cut general in the length
     assert wrapped.retraces == 1
-    # a cut general in the length takes 20 tokens too (its guard knows no table size): the model's
-    # own error, as one line naming the module and the line, before any gradient
-    model.zero_grad(set_to_none=True)
-    with pytest.raises(RematError) as info:
-        wrapped(**_tokens(2, 20))
-    message = str(info.value)
-    assert "\n" not in message and "(2, 20) torch.int64" in message and "Embedding 'positions'" in message
-    assert "test_shapes.py" in message and all(p.grad is None for p in model.parameters())
+    # that cut's guard knows no table size, so it takes 20 tokens: while it is proven on a second
+    # size, and once it has been, the model's own error is one line naming the module and the
+    # line, raised before any gradient; the general cut stays
+    for second_size_proven in (False, True):
+        model.zero_grad(set_to_none=True)
+        with pytest.raises(RematError) as info:
+            wrapped(**_tokens(2, 20))
+        message = str(info.value)
+        assert "\n" not in message and "(2, 20) torch.int64" in message and "Embedding" in message
+        assert "test_shapes.py" in message and all(p.grad is None for p in model.parameters())
+        if not second_size_proven:
+            wrapped(**_tokens(2, 11)).backward()
     wrapped(**_tokens(2, 9)).backward()
-    assert wrapped.retraces == 1
+    assert wrapped.retraces == 1  # the error came from the model before a trace: nothing was cut
+    assert wrapped.plan_for(**_tokens(2, 9)).cut.chain is wrapped.plan_for(**_tokens(2, 10)).cut.chain
+
+
+def test_a_general_cut_that_fails_its_second_proof_goes(monkeypatch):
+    """Should a general cut not be equal to the model at a second size (the proof refuses it), that
+    call is traced for its own sizes, the general cut is dropped, and later sizes are traced per size."""
+    import remat.api.front as front
+
+    def refuse(*args, **kwargs):
+        raise RematError("model: the cut computes a different loss; refused")
+
+    monkeypatch.setattr(front, "prove_cut", refuse)
+    torch.manual_seed(0)
+    model = TokenModel(depth=2).train()
+    wrapped = remat.checkpoint(model, _tokens(2, 8), budget=10**9, repeats=1, warmup=0)
+    wrapped(**_tokens(2, 10)).backward()
+    assert wrapped.plan_for(**_tokens(2, 10)).cut.chain.dynamic is not None
+    for length, retraces in ((12, 2), (5, 3)):
+        wrapped(**_tokens(2, length)).backward()
+        assert wrapped.retraces == retraces
+        assert wrapped.plan_for(**_tokens(2, length)).cut.chain.dynamic is None, length
 
 
 def test_a_cut_general_in_the_length_serves_new_lengths_untraced_and_exactly(monkeypatch):
