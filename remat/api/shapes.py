@@ -14,8 +14,10 @@ guard and branch take it (no trace: only a profile, usually predicted, and a sol
 trace, asked to stay general in the dimensions where the call differs from a signature already
 cut (a sequence length, a batch size: NOTE [Dimensions a trace is general in]). A general cut is
 proven on the call it was traced on, and on the first call of another size it serves, before
-that call runs; if that second proof fails, the cut is dropped and every later new signature is
-traced for its own sizes. So a re-trace happens for the first call, for the first call that
+that call runs. If that second proof refuses it, the call is traced for its own sizes: should the
+model itself fail on the call, that is its one-line error and the general cut stays; else the
+general cut differs from the model at that size, so it is dropped and every later new signature
+is traced for its own sizes. So a re-trace happens for the first call, for the first call that
 differs in a new set of dimensions, for each new mask branch, and for a call outside a general
 cut's guard (a size of 1, a size the model's code fixed).
 
@@ -302,6 +304,7 @@ class ShapeCuts:
             self.retraces += 1
         if chain.dynamic is not None:
             self._general.append(_General(chain, [signature]))
+            del self._general[: -self._limit]  # the oldest first out, as signatures go
         return self._profiled(signature, chain, own, start)
 
     def _dimensions(self, signature: Signature) -> frozenset[tuple[int, int]]:

@@ -342,3 +342,34 @@ def test_an_input_that_requires_grad_is_cut_on_its_own_and_gets_the_plain_gradie
     assert wrapped.retraces == 1
     assert wrapped.plan_for(mine).cut.profile.metadata["input_grad"] is True
     assert all(torch.equal(a, b) for a, b in zip([mine.grad, *(p.grad for p in model.parameters())], want, strict=True))
+
+
+@pytest.mark.slow
+def test_a_torchvision_loop_with_two_image_sizes_and_a_ragged_last_batch():
+    """ResNet-50's bottleneck layout (one block per layer) on batches of 4 at 32 and 48 pixels and a
+    ragged last batch of 3 at each: every step's gradients equal to plain PyTorch's (BatchNorm in
+    train mode). Traced after the example: at 32 pixels, general in the image size; at (3, 32),
+    general in the batch too; at (3, 48), because the trace at 32 pixels assumed a size of at most
+    32 (its guard: the last feature map 1 x 1 there), general in both; that cut serves (4, 40)."""
+    from tests.api.test_real_models import tv_resnet50
+
+    torch.manual_seed(0)
+    model = tv_resnet50().train()
+    loss = nn.functional.cross_entropy
+    generator = torch.Generator().manual_seed(0)
+    shapes = [(4, 48), (4, 32), (4, 48), (3, 32), (3, 48), (4, 40)]
+    batches = [(torch.randn(b, 3, s, s, generator=generator), torch.randint(0, 10, (b,), generator=generator))
+               for b, s in shapes]  # fmt: skip
+    wrapped = remat.checkpoint(model, batches[0][0], budget="90%", loss=loss, target=batches[0][1], repeats=1, warmup=0)
+    for k, (x, y) in enumerate(batches):
+        model.zero_grad(set_to_none=True)
+        loss(model(x), y).backward()
+        want = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad(set_to_none=True)
+        wrapped(x, target=y).backward()
+        assert all(torch.equal(a, p.grad) for a, p in zip(want, model.parameters(), strict=True)), shapes[k]
+    assert wrapped.retraces == 3
+    both = wrapped.plan_for(batches[4][0], target=batches[4][1]).cut.chain
+    assert {(0, 0), (0, 2), (0, 3), (1, 0)} <= both.dynamic.dims  # the images' batch, height, width; the labels'
+    assert not both.dynamic.accepts([torch.empty(4, 3, 32, 32), torch.empty(3)])  # batch sizes differ
+    assert wrapped.plan_for(batches[5][0], target=batches[5][1]).cut.chain is both
