@@ -21,6 +21,18 @@ is traced for its own sizes. So a re-trace happens for the first call, for the f
 differs in a new set of dimensions, for each new mask branch, and for a call outside a general
 cut's guard (a size of 1, a size the model's code fixed).
 
+NOTE [Sizes a general cut is sampled at]
+Right after a general cut is traced on a call whose general dimensions hold one size x, it is run
+on that call cut down to x/2, x/4 and x/8 along those dimensions (the first tokens of every row,
+the first rows of a batch, a crop of an image): the first of these its guard and branch take and
+the model runs is its proof on a second size, and each is measured, a point of the growth model
+(NOTE [Profiles of new shapes]). Their cost joins the trace's (a first-seen set of dimensions or
+mask branch), so the lengths that come later, inside the measured range, are predicted from the
+start instead of being measured one by one, long ones first when batches are padded to their
+longest row. A size the model does not take, or that takes the other branch (a cut-down padded
+batch may have no padding left), is skipped; if none is left, the cut is proven on the first
+call of another size it serves.
+
 NOTE [Profiles of new shapes]
 A new signature's profile is *predicted* instead of measured when it lies on a line of measured
 ones: the signatures differ only in dimensions that all hold one size ``x`` (a sequence length in
@@ -302,10 +314,36 @@ class ShapeCuts:
         chain = self._make_chain(*own, dims)
         if self._cuts:
             self.retraces += 1
+        cut = self._profiled(signature, chain, own, start)
         if chain.dynamic is not None:
-            self._general.append(_General(chain, [signature]))
+            general = _General(chain, [signature])
+            self._general.append(general)
             del self._general[: -self._limit]  # the oldest first out, as signatures go
-        return self._profiled(signature, chain, own, start)
+            self._sample(general, signature, own)
+        return cut
+
+    def _sample(self, general: _General, signature: Signature, own: tuple) -> None:
+        """NOTE [Sizes a general cut is sampled at]: prove ``general`` on a second size and measure
+        it at shorter sizes, on this call cut down along its general dimensions."""
+        sizes = {signature.shapes[k][d] for k, d in _positions(signature, general.chain.dynamic.dims)}
+        if len(sizes) != 1:  # a line needs one varying size (NOTE [Profiles of new shapes])
+            return
+        x = sizes.pop()
+        for size in sorted({x // 2, x // 4, x // 8} - {x}, reverse=True):
+            call = _cut_down(own, general.chain.dynamic.dims, size)
+            leaves, spec = pytree.tree_flatten(call)
+            sampled = Signature.of(leaves, spec)
+            if size < 2 or sampled in self._cuts:
+                continue
+            try:  # its guard and its branch take the call, the model runs it, the cut equals it
+                general.chain.bind(*call[0], target=call[2], **call[1])
+                if len(general.proven_on) < 2:
+                    self._prove(general.chain, *call)
+                    general.proven_on.append(sampled)
+                cut = self._profiled(sampled, general.chain, call, time.perf_counter())
+            except Exception:  # noqa: BLE001 - a size this model or this cut does not take: not sampled
+                continue
+            self._cuts.setdefault(sampled, []).append(cut)
 
     def _dimensions(self, signature: Signature) -> frozenset[tuple[int, int]]:
         """The input dimensions (leaf index, dimension) a new trace for ``signature`` is asked to
@@ -363,6 +401,34 @@ class ShapeCuts:
         }
         profile = dataclasses.replace(profile, metadata=metadata)
         return ShapeCut(signature, chain, profile, source, branch, time.perf_counter() - start, side_bytes)
+
+
+def _positions(signature: Signature, dims: frozenset[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``dims`` (flattened leaf, dimension) as (tensor k of ``signature.shapes``, dimension)."""
+    tensor_of = {leaf: k for k, (leaf, _, _) in enumerate(signature.rest[1])}
+    return [(tensor_of[leaf], d) for leaf, d in dims if leaf in tensor_of]
+
+
+def _cut_down(call: tuple, dims: frozenset[tuple[int, int]], size: int) -> tuple:
+    """``call`` with every tensor leaf's ``dims`` narrowed to their first ``size`` entries (a
+    shorter sequence, a smaller batch, a crop), each a contiguous tensor of its own that requires
+    grad as the leaf does; tensors that were one stay one."""
+    by_leaf: dict[int, list[int]] = {}
+    for leaf, d in dims:
+        by_leaf.setdefault(leaf, []).append(d)
+    leaves, spec = pytree.tree_flatten(call)
+    made: dict[int, torch.Tensor] = {}
+    out = []
+    for i, leaf in enumerate(leaves):
+        if isinstance(leaf, torch.Tensor) and i in by_leaf:
+            if id(leaf) not in made:
+                narrowed = leaf.detach()
+                for d in by_leaf[i]:
+                    narrowed = narrowed.narrow(d, 0, min(size, narrowed.shape[d]))
+                made[id(leaf)] = narrowed.contiguous().requires_grad_(leaf.requires_grad)
+            leaf = made[id(leaf)]
+        out.append(leaf)
+    return pytree.tree_unflatten(out, spec)
 
 
 def _side_bytes(chain: CutChain, args: tuple, kwargs: dict, target: Any) -> int:

@@ -317,7 +317,11 @@ def test_a_cut_general_in_the_length_serves_new_lengths_untraced_and_exactly(mon
     general = wrapped.plan_for(**_tokens(2, 10)).cut.chain
     assert general.dynamic is not None and {(0, 1), (1, 1)} <= general.dynamic.dims
     assert all(wrapped.plan_for(**_tokens(2, n)).cut.chain is general for n in (12, 5, 9, 7))
-    assert proofs[traced_once:] == [torch.Size([2, 12])], proofs  # one proof on one more length, no more
+    # one proof on one more length, no more: the traced call cut down to 5 tokens (NOTE [Sizes a
+    # general cut is sampled at]), which is then measured, as 2 tokens are
+    assert proofs[traced_once:] == [torch.Size([2, 5])], proofs
+    assert wrapped.plan_for(**_tokens(2, 5)).cut.measured and wrapped.plan_for(**_tokens(2, 2)).cut.chain is general
+    assert all(wrapped.plan_for(**_tokens(2, n)).cut.source.startswith("predicted") for n in (9, 7))
     wrapped(**_tokens(2, 1)).backward()  # one token: dynamo assumed a length of at least 2
     assert wrapped.retraces == 2 and wrapped.plan_for(**_tokens(2, 1)).cut.chain is not general
 
