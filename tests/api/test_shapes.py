@@ -377,3 +377,20 @@ def test_a_torchvision_loop_with_two_image_sizes_and_a_ragged_last_batch():
     assert {(0, 0), (0, 2), (0, 3), (1, 0)} <= both.dynamic.dims  # the images' batch, height, width; the labels'
     assert not both.dynamic.accepts([torch.empty(4, 3, 32, 32), torch.empty(3)])  # batch sizes differ
     assert wrapped.plan_for(batches[5][0], target=batches[5][1]).cut.chain is both
+
+
+def test_a_call_cut_down_along_its_general_dimensions():
+    """The calls a general cut is sampled at (NOTE [Sizes a general cut is sampled at]): each tensor
+    narrowed along its general dimensions, contiguous, of its own, requiring grad as it did, and
+    two inputs that were one tensor still one."""
+    from remat.api.shapes import _cut_down
+
+    ids = torch.arange(24).reshape(2, 12)
+    image = torch.randn(3, 8, 8, requires_grad=True)
+    args, kwargs, target = _cut_down(
+        ((image,), {"input_ids": ids, "labels": ids}, None), {(0, 1), (0, 2), (1, 1), (2, 1)}, 5
+    )
+    assert args[0].shape == (3, 5, 5) and args[0].is_contiguous() and args[0].requires_grad
+    assert torch.equal(args[0], image.detach()[:, :5, :5]) and args[0].data_ptr() != image.data_ptr()
+    assert kwargs["input_ids"] is kwargs["labels"] and torch.equal(kwargs["input_ids"], ids[:, :5])
+    assert target is None
