@@ -33,4 +33,7 @@ def test_the_readme_hugging_face_snippet_trains_under_its_budget(capsys):
     # the head and the loss are one stage (remat/executor/fuse.py: the logits are saved by neither)
     assert {"transformer.h.0", "transformer.h.3", "lm_head+loss"} <= {s.name for s in wrapped.profile.stages}
     assert all(p.grad is None or not p.grad.any() for p in namespace["model"].parameters())  # zero_grad ran
-    assert wrapped.retraces == 1 and len(wrapped.plans) == 2  # length 96 cut once; 128 twice on the example's
+    # 128 on the example's cut; 96 traced once, general in the length; 64 on that cut, untraced
+    assert wrapped.retraces == 1 and len(wrapped.plans) == 3
+    plans = {plan.cut.signature.shapes[0][1]: plan for plan in wrapped.plans}
+    assert plans[64].cut.chain is plans[96].cut.chain and plans[96].cut.chain.dynamic is not None
