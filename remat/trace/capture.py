@@ -104,20 +104,26 @@ def _symbolic(size: Any) -> bool:
     return isinstance(size, torch.SymInt) and not size.node.expr.is_number
 
 
+def input_fakes(gm: fx.GraphModule, examples: list[Any], leaves: list[Any]) -> dict[int, torch.Tensor]:
+    """The traced (fake) tensor of each flattened input the graph reads: leaf index (the first
+    leaf, for inputs that are one tensor) -> its placeholder's ``example_value``."""
+    index_of = {id(leaf): i for i, leaf in reversed(list(enumerate(leaves))) if isinstance(leaf, torch.Tensor)}
+    fakes: dict[int, torch.Tensor] = {}
+    for node, value in zip((n for n in gm.graph.nodes if n.op == "placeholder"), examples, strict=True):
+        fake = node.meta.get("example_value")
+        if isinstance(value, torch.Tensor) and id(value) in index_of and isinstance(fake, torch.Tensor):
+            fakes.setdefault(index_of[id(value)], fake)
+    return fakes
+
+
 def _dynamic_dims(gm: fx.GraphModule, examples: list[Any], leaves: list[Any], asked: frozenset) -> DynamicDims | None:
     """The asked dimensions that stayed symbolic in ``gm``, with the guard on them (None: none did)."""
-    index_of = {id(leaf): i for i, leaf in reversed(list(enumerate(leaves))) if isinstance(leaf, torch.Tensor)}
-    fakes: dict[int, Any] = {}
-    for node, value in zip((n for n in gm.graph.nodes if n.op == "placeholder"), examples, strict=True):
-        if isinstance(value, torch.Tensor) and id(value) in index_of:
-            fakes.setdefault(index_of[id(value)], node.meta.get("example_value"))
+    fakes = input_fakes(gm, examples, leaves)
     # a dimension stays general where the graph reads it as a symbol, or never reads its input
     kept = frozenset((i, d) for i, d in asked if i not in fakes or _symbolic(fakes[i].shape[d]))
-    if not kept or all(i not in fakes for i, _ in kept):
+    if not any(i in fakes for i, _ in kept):
         return None
-    order = tuple(sorted(i for i, fake in fakes.items() if isinstance(fake, torch.Tensor)))
-    if not order:
-        return None
+    order = tuple(sorted(fakes))
     shape_env = fakes[order[0]].fake_mode.shape_env
     guard = shape_env.produce_guards_expression([fakes[i] for i in order])
     return DynamicDims(kept, order, guard, shape_env)
@@ -187,4 +193,4 @@ def trace_fx(model: nn.Module) -> fx.GraphModule:
         ) from exc
 
 
-__all__ = ["DynamicDims", "trace_fx", "TrainingStep", "first_tensor_index", "reduce_output", "trace"]
+__all__ = ["DynamicDims", "input_fakes", "trace_fx", "TrainingStep", "first_tensor_index", "reduce_output", "trace"]

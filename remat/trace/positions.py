@@ -15,7 +15,7 @@ from torch.utils import _pytree as pytree
 
 from remat.schedules import RematError
 from remat.trace.boundary import MAX_TENSORS
-from remat.trace.capture import TrainingStep
+from remat.trace.capture import TrainingStep, input_fakes
 from remat.trace.naming import merge_by_name
 from remat.trace.nodes import (
     aliases,
@@ -52,8 +52,7 @@ def _sources(step: TrainingStep, gm: fx.GraphModule, examples: list[Any], leaves
             first_leaf.setdefault(id(leaf), index)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     sources: dict[fx.Node, Source] = {}
-    fakes = {first_leaf[id(v)]: example_value(n) for n, v in zip(placeholders, examples, strict=True)
-             if isinstance(v, torch.Tensor) and id(v) in first_leaf}  # fmt: skip
+    fakes = input_fakes(gm, examples, leaves)
     for node, value in zip(placeholders, examples, strict=True):
         if isinstance(value, torch.SymInt):
             sources[node] = _size_source(node, value, fakes)
@@ -75,7 +74,7 @@ def _size_source(node: fx.Node, size: torch.SymInt, fakes: dict[int, Any]) -> So
     """The input dimension a SymInt placeholder reads: the first input whose traced shape holds
     that symbol (dynamo lifts each symbol of the inputs' sizes as a graph input)."""
     for index, fake in sorted(fakes.items()):
-        for dim, other in enumerate(getattr(fake, "shape", ())):
+        for dim, other in enumerate(fake.shape):
             if isinstance(other, torch.SymInt) and other.node.expr == size.node.expr:
                 return Source("size", index=index, value=dim)
     raise RematError(f"model: its trace reads a size ({node.name} = {size.node.expr}) of no input dimension")
