@@ -23,15 +23,17 @@ cut's guard (a size of 1, a size the model's code fixed).
 
 NOTE [Sizes a general cut is sampled at]
 Right after a general cut is traced on a call whose general dimensions hold one size x, it is run
-on that call cut down to x/2, x/4 and x/8 along those dimensions (the first tokens of every row,
-the first rows of a batch, a crop of an image): the first of these its guard and branch take and
-the model runs is its proof on a second size, and each is measured, a point of the growth model
-(NOTE [Profiles of new shapes]). Their cost joins the trace's (a first-seen set of dimensions or
-mask branch), so the lengths that come later, inside the measured range, are predicted from the
-start instead of being measured one by one, long ones first when batches are padded to their
-longest row. A size the model does not take, or that takes the other branch (a cut-down padded
-batch may have no padding left), is skipped; if none is left, the cut is proven on the first
-call of another size it serves.
+on that call cut down along those dimensions (the first tokens of every row, the first rows of a
+batch, a crop of an image) to x/2, x/4, x/8 and x/16 (the range below x), then 3x/4, 3x/8, 7x/8
+and 5x/8, until 4 sizes are measured: with the traced call's, the 5 sizes that fit_growth needs
+to tell every degree up to cubic, and to call a field piecewise linear. The first of these its
+guard and branch take and the model runs is its proof on a second size; each is a point of the
+growth model (NOTE [Profiles of new shapes]). Their cost joins the trace's (a first-seen set of
+dimensions or mask branch), so the lengths that come later, inside the measured range, are
+predicted from the start instead of being measured one by one. A size the model does not take,
+or that takes the other branch, is skipped: a padded batch cut down to x/4 often has no padding
+left (its shortest row is longer), so the sizes above x/2 are what its branch keeps. If none is
+left, the cut is proven on the first call of another size it serves.
 
 NOTE [Profiles of new shapes]
 A new signature's profile is *predicted* instead of measured when it lies on a line of measured
@@ -70,6 +72,11 @@ from remat.trace.stage_errors import traced_location
 from remat.trace.stages import CutChain, leaf_check
 
 MIN_POINTS = 3  # fit_growth fits 2 sizes and checks 1 at the least
+# NOTE [Sizes a general cut is sampled at]: x/2, x/4, x/8, x/16 first (the range below x), then
+# 3x/4, 3x/8, 7x/8, 5x/8 (sizes a padded batch cut down keeps its padding at), until SAMPLES are
+# measured: with the traced call, the 5 sizes fit_growth needs to tell every degree up to 3
+SAMPLE_SIXTEENTHS = (8, 4, 2, 1, 12, 6, 14, 10)
+SAMPLES = 4
 
 
 @dataclass(frozen=True)
@@ -329,11 +336,14 @@ class ShapeCuts:
         if len(sizes) != 1:  # a line needs one varying size (NOTE [Profiles of new shapes])
             return
         x = sizes.pop()
-        for size in sorted({x // 2, x // 4, x // 8} - {x}, reverse=True):
+        taken = 0
+        for size in dict.fromkeys(x * k // 16 for k in SAMPLE_SIXTEENTHS):
+            if taken == SAMPLES:
+                break
             call = _cut_down(own, general.chain.dynamic.dims, size)
             leaves, spec = pytree.tree_flatten(call)
             sampled = Signature.of(leaves, spec)
-            if size < 2 or sampled in self._cuts:
+            if not 2 <= size < x or sampled in self._cuts:
                 continue
             try:  # its guard and its branch take the call, the model runs it, the cut equals it
                 general.chain.bind(*call[0], target=call[2], **call[1])
@@ -344,6 +354,7 @@ class ShapeCuts:
             except Exception:  # noqa: BLE001 - a size this model or this cut does not take: not sampled
                 continue
             self._cuts.setdefault(sampled, []).append(cut)
+            taken += 1
 
     def _dimensions(self, signature: Signature) -> frozenset[tuple[int, int]]:
         """The input dimensions (leaf index, dimension) a new trace for ``signature`` is asked to
