@@ -34,6 +34,7 @@ from torch import fx
 from torch._functorch import partitioners as tp
 from torch._inductor.custom_graph_pass import CustomPartitionerFn
 
+from remat.joint.min_cut import MIN_CUT_RATIOS, check_ratios, min_cut_save_sets
 from remat.joint.plan import Realized, realize
 from remat.joint.profile import JointProfile, apply_torch_safety, joint_profile
 from remat.joint.solve import Front, solve_front
@@ -112,7 +113,15 @@ class Session:
     structure: a recompile of the same graph reuses its front), the choices fixed by
     :func:`remat.joint.split.split`, and every region plan made."""
 
-    def __init__(self, budget: int | float | str, times: str, ilp_seconds: float, repeats: int) -> None:
+    def __init__(
+        self,
+        budget: int | float | str,
+        times: str,
+        ilp_seconds: float,
+        repeats: int,
+        min_cut_ratios: Sequence[float] = MIN_CUT_RATIOS,
+    ) -> None:
+        self.min_cut_ratios = check_ratios(min_cut_ratios)
         if times not in TIME_SOURCES:
             raise RematError(f"times: expected one of {', '.join(TIME_SOURCES)}, got {times!r}")
         if isinstance(budget, bool) or not isinstance(budget, (int, float, str)):
@@ -123,7 +132,7 @@ class Session:
         self.joints: dict[str, tuple[JointProfile, Front]] = {}
         self.assigned: dict[tuple[int, str], frozenset[int]] = {}
         self.step_budget: int | None = None  # set for the reruns of one signature's first call
-        self.margin = 0  # bytes a measured step peaked above its simulation (RematCompiled._remeasure)
+        self.margin = 0  # bytes the step budget lies below the budget after an overshoot (RematCompiled._remeasure)
         self.begin_call()
 
     def begin_call(self) -> None:
@@ -171,7 +180,12 @@ class RematPartitioner(CustomPartitionerFn):
         return self._partition(gm, joint_inputs, num_fwd_outputs, static_indices)
 
     def _front(
-        self, gm: fx.GraphModule, joint_inputs: Sequence[object], num_fwd_outputs: int, static: list[fx.Node]
+        self,
+        gm: fx.GraphModule,
+        joint_inputs: Sequence[object],
+        num_fwd_outputs: int,
+        static_indices: Sequence[int],
+        static: list[fx.Node],
     ) -> tuple[JointProfile, Front, str, str, int]:
         """The joint profile and front of ``gm`` (solved, or reused for a graph seen before), its
         structure key, its times' source and its share of the budget (bytes)."""
@@ -190,7 +204,9 @@ class RematPartitioner(CustomPartitionerFn):
             def share_of(store_all_peak: int) -> int:
                 return resolve_budget(session.budget, held_before + store_all_peak) - held_before
 
-            front, _ = solve_front(jp, gm, share_of, static, session.ilp_seconds)
+            cuts = min_cut_save_sets(jp, gm, joint_inputs, static_indices, session.min_cut_ratios)
+            seeds = [(f"torch min-cut at {ratio:g}", saved) for ratio, saved in cuts]
+            front, _ = solve_front(jp, gm, share_of, static, session.ilp_seconds, seeds)
             session.joints[key] = (jp, front)
             source = times.source
         if session.step_budget is not None:
@@ -209,7 +225,7 @@ class RematPartitioner(CustomPartitionerFn):
         static = [p for i, p in enumerate(primals) if i in set(static_indices)]
         region = len(session.call_keys)
         held_before = sum(p.held for p in session.call_plans)
-        jp, front, key, times, share = self._front(gm, joint_inputs, num_fwd_outputs, static)
+        jp, front, key, times, share = self._front(gm, joint_inputs, num_fwd_outputs, static_indices, static)
         session.call_keys.append((region, key))
         session.call_fronts.append(front)
         assigned = session.assigned.get((region, key))

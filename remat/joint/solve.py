@@ -6,7 +6,8 @@ turned into its save set (:func:`~remat.joint.plan.held_at_backward`) and judged
 partition's own simulated peak and time. The candidates:
 
 1. store-all (save everything the backward reads) and save-nothing (only pinned values and the
-   primals: the backward recomputes the whole forward);
+   primals: the backward recomputes the whole forward); then the seeds, torch's own min-cut
+   partitions at its ``activation_memory_budget`` ratios (:mod:`remat.joint.min_cut`);
 2. the ``hierarchical`` solver at :data:`GRID` budgets from its least budget to the store-all
    peak, and at the caller's budget lowered by each overshoot (:data:`REPAIRS` times): a
    realized partition can peak above the solver's schedule (its recomputations all live until
@@ -88,7 +89,9 @@ class _Collector:
 
     def schedule(self, budget: int, source: str) -> Realized | None:
         try:
-            found = hierarchical.solve(self.jp.profile, int(budget))
+            # no local searches: only the save set is kept (held_at_backward), and on GPT-2 and
+            # Llama they changed no candidate's while taking 70% of the solve (docs/compile.md)
+            found = hierarchical.solve(self.jp.profile, int(budget), local_search=False)
         except RematError:
             return None
         return self.add(held_at_backward(self.jp, found.ops), f"{source} at {budget} bytes")
@@ -104,16 +107,20 @@ def solve_front(
     budget: int | Callable[[int], int] | None,
     static_inputs: Sequence[fx.Node] = (),
     ilp_seconds: float = 0.0,
+    seeds: Sequence[tuple[str, frozenset[int]]] = (),
 ) -> tuple[Front, int | None]:
-    """The realized candidates of ``jp`` (see the module docstring) and the budget (bytes) they
-    were steered by: ``budget`` itself, or ``budget(store-all peak)`` when it is a function (a
-    fraction of it), or None for none in particular (no repairs, no ILP)."""
+    """The realized candidates of ``jp`` (see the module docstring), ``seeds`` among them
+    (``(source, save set)``: torch's min-cut partitions, :mod:`remat.joint.min_cut`), and the
+    budget (bytes) they were steered by: ``budget`` itself, or ``budget(store-all peak)`` when it
+    is a function (a fraction of it), or None for none in particular (no repairs, no ILP)."""
     profile = jp.profile
     found = _Collector(jp, gm, static_inputs)
     store_all = found.add(jp.forward, "store-all")
     if callable(budget):
         budget = int(budget(store_all.peak))
     found.add(frozenset(), "save-nothing")
+    for source, saved in seeds:
+        found.add(saved, source)
     top = simulate_graph(profile, plan_ops(profile, store_all_plan(profile)), timeline=False).peak_memory
     try:
         low = hierarchical.least_budget(profile)

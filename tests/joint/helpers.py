@@ -6,6 +6,8 @@ graphs run as fx code): the same partitioner inductor calls, in a fraction of a 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from functorch.compile import aot_module, nop
 from torch import nn
@@ -39,9 +41,12 @@ class Block(nn.Module):
         return x + self.mlp(self.norm2(x))
 
 
-def aot_step(model: nn.Module, budget: int | float | str, times: str = "estimate") -> tuple[nn.Module, Session]:
-    """``model`` under AOTAutograd with remat's partitioner (no compiler) and its session."""
-    session = Session(budget, times, 0.0, 1)
+def aot_step(
+    model: nn.Module, budget: int | float | str, times: str = "estimate", **options: Any
+) -> tuple[nn.Module, Session]:
+    """``model`` under AOTAutograd with remat's partitioner (no compiler) and its session
+    (``options``: more of :class:`Session`'s, e.g. ``min_cut_ratios``)."""
+    session = Session(budget, times, 0.0, 1, **options)
     return aot_module(model, fw_compiler=nop, bw_compiler=nop, partition_fn=RematPartitioner(session)), session
 
 

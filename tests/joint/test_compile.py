@@ -99,8 +99,10 @@ def test_gradients_match_eager_and_the_allocator_stays_within_the_prediction() -
     prepare_grads(model)
     with AllocatorMeter("cpu") as meter:
         compiled(x).sum().backward()
-    # inductor fuses pointwise chains the profile counts one by one: the prediction is a ceiling
-    assert 0 < meter.peak_bytes <= compiled.predicted_peak, (meter.peak_bytes, compiled.predicted_peak)
+    # inductor fuses pointwise chains the profile counts one by one: the simulation is a ceiling,
+    # the prediction the compiled step measured at the first call, within 2% of this step
+    assert 0 < meter.peak_bytes <= compiled.simulated_peak, (meter.peak_bytes, compiled.simulated_peak)
+    assert meter.peak_bytes <= compiled.predicted_peak <= 1.02 * meter.peak_bytes, compiled.predicted_peak
 
 
 def _conv_bn() -> nn.Module:
@@ -139,7 +141,7 @@ def test_a_conv_bn_net_stays_within_the_prediction_at_store_all_and_at_the_least
         with AllocatorMeter("cpu") as meter:
             compiled(x).sum().backward()
         predicted = compiled.predicted_peak
-        assert compiled.measured_peak is not None and predicted >= compiled.simulated_peak
+        assert compiled.measured_peak is not None and predicted == compiled.measured_peak
         assert 0 < meter.peak_bytes <= predicted <= 1.02 * meter.peak_bytes, (budget, meter.peak_bytes, predicted)
 
 
@@ -186,7 +188,7 @@ def test_graph_break_shares_one_budget() -> None:
     eager = copy.deepcopy(model)
     probe = remat.compile(copy.deepcopy(model), budget=1.0, times="estimate")
     probe(x).sum().backward()
-    top = probe.predicted_peak
+    top = probe.simulated_peak
     assert top == probe.store_all_peak and probe.least_peak < top
     budget = (probe.least_peak + top) // 2
     compiled = remat.compile(model, budget=budget, times="estimate")
@@ -197,7 +199,8 @@ def test_graph_break_shares_one_budget() -> None:
     assert (first.region, second.region) == (0, 1)
     assert first.held_before == 0 and second.held_before == first.held > 0
     assert first.share == budget and second.share == budget - first.held
-    assert compiled.predicted_peak == max(first.chosen.peak, first.held + second.chosen.peak) <= budget
+    assert compiled.simulated_peak == max(first.chosen.peak, first.held + second.chosen.peak) <= budget
+    assert compiled.predicted_peak == compiled.measured_peak <= budget
     for got, want in zip(grads(model), grads(eager), strict=True):
         torch.testing.assert_close(got, want, **TOL)
 

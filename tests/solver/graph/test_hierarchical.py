@@ -201,6 +201,25 @@ def test_valid_within_budget_and_store_all_when_it_fits(seed, blocks, fraction):
 
 
 @settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), blocks=st.integers(1, 6), fraction=st.floats(0.0, 1.0))
+def test_without_local_search_the_dp_schedule_is_valid_and_never_faster(seed, blocks, fraction):
+    """``local_search=False`` (what remat.compile asks) returns the DP's own schedule: valid, within
+    the budget, refused below the same least, and never faster than with the searches, which only
+    take strictly faster plans."""
+    profile = autograd_graph(seed, blocks)
+    low, high = hierarchical.least_budget(profile), store_all_peak(profile)
+    budget = int(low + fraction * (high - low))
+    plain = hierarchical.solve(profile, budget, local_search=False)
+    result = simulate(profile, plain.ops, timeline=False)
+    assert result.peak_memory <= budget
+    assert result.compute_ms == pytest.approx(plain.predicted.compute_ms)
+    assert "flat search" not in plain.extra["source"] and "refined" not in plain.extra["source"]
+    assert plain.predicted.compute_ms >= hierarchical.solve(profile, budget).predicted.compute_ms - 1e-9
+    with pytest.raises(InfeasibleBudgetError):
+        hierarchical.solve(profile, low - 1, local_search=False)
+
+
+@settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(4, 7))
 def test_random_dags_never_beat_the_true_optimum(seed, n):
     profile = random_graph(n, seed)

@@ -138,14 +138,19 @@ def least_budget(profile: GraphProfile) -> int:
     return min(least_peak(_solved(profile).chain)[0], plan_peak(profile, store_all_plan(profile)))
 
 
-def solve(profile: GraphProfile, budget: int, slots: int = SLOTS) -> Schedule:
+def solve(profile: GraphProfile, budget: int, slots: int = SLOTS, local_search: bool = True) -> Schedule:
     """The fastest block schedule within ``budget`` bytes (see the module docstring for what
     that is optimal among); raises :class:`InfeasibleBudgetError` with the exact smallest budget
-    it can meet."""
-    return _solve(profile, budget, slots, None)
+    it can meet. ``local_search=False`` skips steps 4 and 5 (the DP's schedule over the sampled
+    options, as is): for a caller that keeps only part of the schedule (remat.compile keeps what
+    it holds at the backward, :func:`remat.joint.plan.held_at_backward`), the searches' time for
+    little or nothing of what it keeps."""
+    return _solve(profile, budget, slots, None, local_search)
 
 
-def _solve(profile: GraphProfile, budget: int, slots: int, deadline: Deadline | None) -> Schedule:
+def _solve(
+    profile: GraphProfile, budget: int, slots: int, deadline: Deadline | None, local_search: bool = True
+) -> Schedule:
     profile = require_graph(profile, NAME)
     slots = int(slots)
     if slots < 1:
@@ -167,11 +172,14 @@ def _solve(profile: GraphProfile, budget: int, slots: int, deadline: Deadline | 
     found = read_ops(chain, table)
     if found is not None:
         candidates.insert(0, (solved, "dp", found))
-        candidates.insert(0, _refined(profile, solved, budget, slots, found, deadline))
+        if local_search:
+            candidates.insert(0, _refined(profile, solved, budget, slots, found, deadline))
     fitting = [(walk(s.chain, ops), source, ops, s) for s, source, ops in candidates]
     fitting = [item for item in fitting if item[0][0] <= budget]
     (peak, ms), source, ops, used = min(fitting, key=lambda item: item[0][1])
-    graph_ops, ms, peak, source = _flat_searched(profile, budget, expand(used, ops), ms, peak, source, deadline)
+    graph_ops = expand(used, ops)
+    if local_search:
+        graph_ops, ms, peak, source = _flat_searched(profile, budget, graph_ops, ms, peak, source, deadline)
     extra = {
         "source": source,
         "blocks": count,
