@@ -27,10 +27,11 @@ so every compiled point built before it compiles again once, in the warm-up of i
 ``graphs_compiled_while_timing`` counts those; ``peak_at_compile`` (read right after the point
 compiled) against ``measured_peak`` shows whether the rebuilt artifact peaks alike.
 
-Every step is ``loss.backward()`` of the model's own loss (Hugging Face, ``labels=``) or, for
-ResNet-50, of the cross-entropy inside a wrapper module (so that the compiled graphs hold the loss
-too, as they do for the language models). **Peaks** (bytes, ints) are the CPU allocator's over
-forward + loss + backward with the parameter gradients pre-allocated outside
+Every step is ``loss.backward()`` of the model's own loss (Hugging Face, ``labels=``, its outputs
+held through the backward as in ``outputs = model(**batch); loss = outputs.loss;
+loss.backward()``) or, for ResNet-50, of the cross-entropy inside a wrapper module (so that the
+compiled graphs hold the loss too, as they do for the language models). **Peaks** (bytes, ints)
+are the CPU allocator's over forward + loss + backward with the parameter gradients pre-allocated outside
 (:func:`remat.replay.report.step_allocator_peak`, 2 metered steps after 1 warm-up): what
 ``remat.compile``'s budget counts (parameters, inputs and ``.grad`` outside; the gradients a
 compiled backward returns inside). **Step times** (ms) then come from ``--rounds`` interleaved
@@ -126,9 +127,15 @@ class Case:
     describe: str
 
     def loss(self, module: nn.Module) -> torch.Tensor:
-        """The training step's loss through ``module`` (this model, compiled or wrapped)."""
+        """The training step's loss through ``module`` (this model, compiled or wrapped). A Hugging
+        Face model's outputs (its logits) stay alive until the loss is dropped, after its
+        backward, as in ``outputs = model(**batch); loss = outputs.loss; loss.backward()``."""
         out = module(*self.args, **self.kwargs)
-        return out if isinstance(out, torch.Tensor) else out.loss
+        if isinstance(out, torch.Tensor):
+            return out
+        loss = out.loss
+        loss.outputs = out  # held through the backward, for every method alike
+        return loss
 
     @property
     def example(self) -> Any:

@@ -275,8 +275,9 @@ class RematCompiled(nn.Module):
         forward, then the backward of the loss (``torch.autograd.grad``, so no parameter's
         ``.grad`` is touched): the sum of the outputs that are scalars with a gradient (a Hugging
         Face model's ``loss``, not its logits), else of every output with a gradient (as
-        ``out.sum().backward()``). None where the allocator cannot be read (a torch profiler is
-        already running, on CPU)."""
+        ``out.sum().backward()``), the outputs held through the backward (as ``out =
+        model(...); out.loss.backward()``, the larger of the two ways to write the step). None
+        where the allocator cannot be read (a torch profiler is already running, on CPU)."""
         device = _device(self.model, args, kwargs)
         if device.type == "cpu" and torch.autograd.profiler._is_profiler_enabled:
             return None
