@@ -309,6 +309,7 @@ def checkpoint_points(case: Case, args: argparse.Namespace, compiled: bool) -> l
     """``remat.checkpoint`` (``compile=compiled``) cut and profiled once, then solved at every
     ``--stage-budgets`` fraction and at the chain DP's least (``RematModel.with_budget``)."""
     import remat
+    from remat.schedules import InfeasibleBudgetError
     from remat.solver.chain.optimal import optimal_front
     from remat.solver.chain.store_all import store_all_peak
 
@@ -328,6 +329,12 @@ def checkpoint_points(case: Case, args: argparse.Namespace, compiled: bool) -> l
                                "prepare_s": prepare_s, "input_bytes": base.profile.input_size}  # fmt: skip
         try:
             wrapped = base.with_budget(budget)
+        except InfeasibleBudgetError as error:  # the least with the call's side values: the one it names
+            if budget != least or error.min_budget is None:
+                entries.append(row | {"failed": one_line(error)})
+                continue
+            row |= {"budget": error.min_budget, "fraction": error.min_budget / top}
+            wrapped = base.with_budget(error.min_budget)
         except Exception as error:  # noqa: BLE001
             entries.append(row | {"failed": one_line(error)})
             continue
