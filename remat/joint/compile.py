@@ -421,8 +421,8 @@ def compile(  # noqa: A001 - the public name is remat.compile
             graphs of at most :data:`remat.joint.solve.ILP_NODES` nodes only).
         repeats: timed runs of each joint graph after one warm-up (the least counts).
         measure: run one step of the compiled graphs under the allocator at the first call of
-            each input signature, re-solve if it peaks above the budget, and make
-            ``predicted_peak`` at least that peak (:class:`RematCompiled`).
+            each input signature, re-solve if it peaks above the budget, and make that peak
+            ``predicted_peak`` (:class:`RematCompiled`).
         min_cut_ratios: ``activation_memory_budget`` ratios in [0, 1] at which torch's own
             partitioner is run on each joint graph; its save sets join remat's candidates
             (:mod:`remat.joint.min_cut`). Empty: remat's solvers alone.
