@@ -340,10 +340,12 @@ class ShapeCuts:
         for size in dict.fromkeys(x * k // 16 for k in SAMPLE_SIXTEENTHS):
             if taken == SAMPLES:
                 break
+            if not 2 <= size < x:
+                continue
             call = _cut_down(own, general.chain.dynamic.dims, size)
             leaves, spec = pytree.tree_flatten(call)
             sampled = Signature.of(leaves, spec)
-            if not 2 <= size < x or sampled in self._cuts:
+            if sampled in self._cuts:
                 continue
             try:  # its guard and its branch take the call, the model runs it, the cut equals it
                 general.chain.bind(*call[0], target=call[2], **call[1])

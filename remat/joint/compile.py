@@ -314,18 +314,16 @@ class RematCompiled(nn.Module):
             return False
         top = step_peak([f.store_all for f in fronts])
         budget = _budget_bytes(session, fronts)
-        if all(p.chosen.saved == p.store_all.saved for p in call.plans):
-            if budget >= top or measured <= budget:
-                return False  # store-all within the budget: nothing is faster
-        current = budget if session.step_budget is None else session.step_budget
         if measured <= budget:
             return False
+        if budget >= top and all(p.chosen.saved == p.store_all.saved for p in call.plans):
+            return False  # a budget that admits store-all keeps it: nothing is faster
         if any(c.measured is not None and c.measured <= budget for c in tried):
             return False  # a plan that fits is known: _best keeps the fastest such
         margin = max(session.margin, measured - max(p.step_peak for p in call.plans))
         least = least_step_peak(fronts)
         lower = least if last else max(least, budget - margin)
-        if lower >= current:
+        if lower >= (budget if session.step_budget is None else session.step_budget):
             return False  # no lower step budget to try: the same plans again
         session.margin = budget - lower  # what the split takes off the budget too (_resplit)
         session.step_budget = lower
