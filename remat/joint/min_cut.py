@@ -11,16 +11,30 @@ a save set of the joint profile. Each such save set is then realized by :func:`r
 and costed by remat's simulator, as every other candidate is, so remat's front holds what
 ``torch.compile`` would do at each of those ratios, and the byte budget chooses among all.
 
+NOTE [Every ratio in one partitioner call]: torch's partitioner prepares the graph (CSE, the
+safety tags, the node classification, each node's distance from the backward) and then calls
+``choose_saved_values_set(joint_graph, node_info, memory_budget)``, whose first two or three
+min-cuts (the default one and two more aggressive ones) do not depend on the ratio; only the
+knapsack and one last min-cut do. So :func:`min_cut_save_sets` calls the partitioner once, with
+``choose_saved_values_set`` replaced for that call by one that runs torch's own chooser at every
+ratio, with ``solve_min_cut`` memoized on its options and banned set, and then stops the
+partitioner (the graphs it would extract are not needed: remat realizes every save set itself).
+On an 8-layer GPT-2 this took the 11 ratios from 11 partitioner calls to one (docs/compile.md).
+The save sets are torch's exactly: ``tests/joint/test_min_cut.py`` checks them against torch's
+unpatched partitioner at every ratio.
+
 Units: ratios are fractions in [0, 1].
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import dataclasses
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
-import torch
 from torch import fx
 from torch._functorch import partitioners as tp
 
@@ -42,6 +56,23 @@ def check_ratios(ratios: object) -> tuple[float, ...]:
     return tuple(out)
 
 
+class _EveryRatioRead(Exception):
+    """Raised by the replaced chooser once every ratio is read: the partitioner stops there."""
+
+
+@contextlib.contextmanager
+def _replaced(**functions: object) -> Iterator[None]:
+    """``torch._functorch.partitioners``' functions replaced by ``functions`` for one call, then restored."""
+    before = {name: getattr(tp, name) for name in functions}
+    for name, function in functions.items():
+        setattr(tp, name, function)
+    try:
+        yield
+    finally:
+        for name, function in before.items():
+            setattr(tp, name, function)
+
+
 def min_cut_save_sets(
     jp: JointProfile,
     gm: fx.GraphModule,
@@ -50,28 +81,48 @@ def min_cut_save_sets(
     ratios: Sequence[float],
 ) -> list[tuple[float, frozenset[int]]]:
     """``(ratio, save set)`` of torch's min-cut partition of ``gm`` at each ratio: the forward
-    profile nodes whose tensors its forward graph outputs for the backward. A ratio at which
-    torch's partitioner fails is skipped with a warning (remat's own candidates remain)."""
-    found = []
-    for ratio in ratios:
-        graph = copy.deepcopy(gm)  # the partitioner rewrites the graph it is given (CSE, tags)
-        try:
-            with torch._functorch.config.patch(activation_memory_budget=ratio):
-                forward, _ = tp.min_cut_rematerialization_partition(
-                    graph,
-                    joint_inputs,
-                    num_fwd_outputs=jp.num_fwd_outputs,
-                    static_lifetime_input_indices=list(static_indices),
-                )
-        except Exception as error:  # noqa: BLE001 - torch's partitioner is a candidate, not a requirement
-            warnings.warn(f"remat.compile: torch's min-cut partition at {ratio} failed, skipped: {error}", stacklevel=2)
-            continue
-        (output,) = forward.graph.find_nodes(op="output")
-        handed = output.args[0][jp.num_fwd_outputs :]
-        names = [n.name for n in handed if isinstance(n, fx.Node)]
-        forward_nodes = jp.forward
-        found.append((ratio, frozenset(jp.group[n] for n in names if jp.group.get(n) in forward_nodes)))
-    return found
+    profile nodes whose values its chooser saves (NOTE [Every ratio in one partitioner call]).
+    A ratio at which torch's chooser fails is skipped with a warning (remat's own candidates
+    remain), as are all of them where its partitioner fails before choosing."""
+    if not ratios:
+        return []
+    choose, min_cut = tp.choose_saved_values_set, tp.solve_min_cut
+    cuts: dict[tuple, tuple[list[fx.Node], Any]] = {}
+    chosen: dict[float, list[str]] = {}
 
+    def min_cut_once(joint_graph: fx.Graph, node_info: Any, options: Any, dont_ban: Any = None) -> tuple:
+        key = (dataclasses.astuple(options), None if dont_ban is None else frozenset(n.name for n in dont_ban))
+        if key not in cuts:
+            cuts[key] = min_cut(joint_graph, node_info, options, dont_ban)
+        saved, banned = cuts[key]
+        return list(saved), type(banned)(banned)  # copies: the chooser may extend what it is given
 
-__all__ = ["MIN_CUT_RATIOS", "check_ratios", "min_cut_save_sets"]
+    def choose_every_ratio(joint_graph: fx.Graph, node_info: Any, memory_budget: float = 1) -> list[fx.Node]:
+        for ratio in ratios:
+            try:
+                chosen[ratio] = [n.name for n in choose(joint_graph, node_info, memory_budget=ratio)]
+            except Exception as error:  # noqa: BLE001 - torch's partitioner is a candidate, not a requirement
+                message = f"remat.compile: torch's min-cut partition at {ratio} failed, skipped: {error}"
+                warnings.warn(message, stacklevel=4)
+        raise _EveryRatioRead
+
+    graph = copy.deepcopy(gm)  # the partitioner rewrites the graph it is given (CSE, tags)
+    try:
+        with _replaced(choose_saved_values_set=choose_every_ratio, solve_min_cut=min_cut_once):
+            tp.min_cut_rematerialization_partition(
+                graph,
+                joint_inputs,
+                num_fwd_outputs=jp.num_fwd_outputs,
+                static_lifetime_input_indices=list(static_indices),
+            )
+    except _EveryRatioRead:
+        pass
+    except Exception as error:  # noqa: BLE001 - as above
+        message = f"remat.compile: torch's min-cut partitioner failed, its candidates skipped: {error}"
+        warnings.warn(message, stacklevel=2)
+    forward = jp.forward
+    return [
+        (ratio, frozenset(jp.group[n] for n in chosen[ratio] if jp.group.get(n) in forward))
+        for ratio in ratios
+        if ratio in chosen
+    ]

@@ -34,6 +34,7 @@ from torch import fx
 from torch._functorch import partitioners as tp
 from torch._inductor.custom_graph_pass import CustomPartitionerFn
 
+from remat.joint.heap import collect_garbage, paused_collector
 from remat.joint.min_cut import MIN_CUT_RATIOS, check_ratios, min_cut_save_sets
 from remat.joint.plan import Realized, realize
 from remat.joint.profile import JointProfile, apply_torch_safety, joint_profile
@@ -198,15 +199,17 @@ class RematPartitioner(CustomPartitionerFn):
             jp, front = session.joints[key]
             source = "reused"
         else:
-            times = node_times(gm, joint_inputs, session.times, session.repeats)
-            jp = joint_profile(gm, times.ms, num_fwd_outputs, name=f"region{region}")
 
             def share_of(store_all_peak: int) -> int:
                 return resolve_budget(session.budget, held_before + store_all_peak) - held_before
 
-            cuts = min_cut_save_sets(jp, gm, joint_inputs, static_indices, session.min_cut_ratios)
-            seeds = [(f"torch min-cut at {ratio:g}", saved) for ratio, saved in cuts]
-            front, _ = solve_front(jp, gm, share_of, static, session.ilp_seconds, seeds)
+            with paused_collector():  # NOTE [The solve's garbage collection]
+                times = node_times(gm, joint_inputs, session.times, session.repeats)
+                jp = joint_profile(gm, times.ms, num_fwd_outputs, name=f"region{region}")
+                cuts = min_cut_save_sets(jp, gm, joint_inputs, static_indices, session.min_cut_ratios)
+                collect_garbage()
+                seeds = [(f"torch min-cut at {ratio:g}", saved) for ratio, saved in cuts]
+                front, _ = solve_front(jp, gm, share_of, static, session.ilp_seconds, seeds)
             session.joints[key] = (jp, front)
             source = times.source
         if session.step_budget is not None:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from torch import fx
 
+from remat.joint.heap import collect_garbage
 from remat.joint.plan import Realized, held_at_backward, realize
 from remat.joint.profile import JointProfile
 from remat.schedules import RematError, simulate_graph
@@ -83,6 +84,7 @@ class _Collector:
         key = frozenset(saved)
         if key not in self.by_saved:
             realized = realize(self.jp, self.gm, key, self.static)
+            collect_garbage()  # NOTE [The solve's garbage collection]
             self.by_saved[key] = (realized, source)
             self.order.append(key)
         return self.by_saved[key][0]

@@ -170,3 +170,33 @@ def test_measured_times_leave_out_the_warm_up_run() -> None:
     times = node_times(gm, [torch.zeros(4)], "measured", repeats=1)
     assert _calls["fast_once"] == 2 and times.source == "measured"
     assert times.ms["_fast_once"] >= 25.0, times.ms  # the timed run's, not the warm-up's
+
+
+@pytest.mark.parametrize("frozen_by_user", [False, True])
+def test_the_solve_freezes_the_heap_only_while_it_runs(monkeypatch, frozen_by_user: bool) -> None:
+    """NOTE [The solve's garbage collection] (remat/joint/heap.py): the compile's objects are frozen
+    and automatic collections off while the front is solved, and both given back after; a process
+    that froze objects itself is left as it is."""
+    import gc
+
+    import remat.joint.partition as partition
+
+    seen: list[int] = []
+    solve = partition.solve_front
+
+    def spy(*args, **kwargs):
+        seen.append((gc.get_freeze_count(), gc.isenabled()))
+        return solve(*args, **kwargs)
+
+    monkeypatch.setattr(partition, "solve_front", spy)
+    if frozen_by_user:
+        gc.freeze()
+    try:
+        step, _ = aot_step(mlp(), 1.0)
+        step(torch.randn(8, 16)).sum().backward()
+        # frozen while solving; automatic collections off only where remat froze the heap itself
+        assert seen and seen[0][0] > 0 and seen[0][1] == frozen_by_user and gc.isenabled()
+        # the user's frozen objects stay frozen (some may have died); remat's own freeze is gone
+        assert (gc.get_freeze_count() > 0) == frozen_by_user
+    finally:
+        gc.unfreeze()

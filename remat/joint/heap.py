@@ -1,0 +1,50 @@
+"""Python's garbage collector while remat solves a joint graph inside a compile.
+
+NOTE [The solve's garbage collection]: the solve builds thousands of fx nodes and graphs per
+candidate (:func:`remat.joint.plan.realize`, torch's min-cuts) inside a ``torch.compile`` whose
+heap holds about a million objects (dynamo's and AOTAutograd's). With the collector left as it
+was, a realize took 3-4 times as long as the same call after the compile (0.8-1.3 s against
+0.23-0.33 s on an 8-layer Llama's 1069-node graph), and the Llama solve took 15-18 s. Inside
+:func:`paused_collector`, the compile's objects are collected once and frozen (:func:`gc.freeze`),
+automatic collections are off, and :func:`collect_garbage`, called after each candidate,
+collects what that candidate dropped, scanning only the solve's own objects. The same solve took
+9.7 s. Afterwards the collector is as it was (``gc.unfreeze``, ``gc.enable``). A process that
+disabled its collector or froze objects itself is left as it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import gc
+from collections.abc import Iterator
+
+_PAUSED: contextvars.ContextVar[bool] = contextvars.ContextVar("remat_joint_collector_paused", default=False)
+
+
+@contextlib.contextmanager
+def paused_collector() -> Iterator[None]:
+    """Collect once, freeze what exists and turn automatic collections off for the block."""
+    if _PAUSED.get() or not gc.isenabled() or gc.get_freeze_count():
+        yield
+        return
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    token = _PAUSED.set(True)
+    try:
+        yield
+    finally:
+        _PAUSED.reset(token)
+        gc.enable()
+        gc.unfreeze()
+
+
+def collect_garbage() -> None:
+    """Inside :func:`paused_collector`: collect the garbage made since it began (the frozen heap
+    is not scanned). Elsewhere: nothing."""
+    if _PAUSED.get():
+        gc.collect()
+
+
+__all__ = ["collect_garbage", "paused_collector"]
