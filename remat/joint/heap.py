@@ -3,13 +3,13 @@
 NOTE [The solve's garbage collection]: the solve builds thousands of fx nodes and graphs per
 candidate (:func:`remat.joint.plan.realize`, torch's min-cuts) inside a ``torch.compile`` whose
 heap holds about a million objects (dynamo's and AOTAutograd's). With the collector left as it
-was, a realize took 3-4 times as long as the same call after the compile (0.8-1.3 s against
-0.23-0.33 s on an 8-layer Llama's 1069-node graph), and the Llama solve took 15-18 s. Inside
-:func:`paused_collector`, the compile's objects are collected once and frozen (:func:`gc.freeze`),
-automatic collections are off, and :func:`collect_garbage`, called after each candidate,
-collects what that candidate dropped, scanning only the solve's own objects. The same solve took
-9.7 s. Afterwards the collector is as it was (``gc.unfreeze``, ``gc.enable``). A process that
-disabled its collector or froze objects itself is left as it is.
+was, a realize on an 8-layer Llama's 1069-node graph took 0.8-1.3 s inside the compile, against
+0.23 s for the same call after it. Inside :func:`paused_collector`, the compile's objects are
+collected once and frozen (:func:`gc.freeze`), automatic collections are off, and
+:func:`collect_garbage`, called after each candidate, collects what that candidate dropped,
+scanning only the solve's own objects: the same realizes took 0.33-0.55 s (the rest of the gap
+is not explained, docs/compile.md). Afterwards the collector is as it was (``gc.unfreeze``,
+``gc.enable``). A process that disabled its collector or froze objects itself is left as it is.
 """
 
 from __future__ import annotations

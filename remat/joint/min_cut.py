@@ -126,3 +126,6 @@ def min_cut_save_sets(
         for ratio in ratios
         if ratio in chosen
     ]
+
+
+__all__ = ["MIN_CUT_RATIOS", "check_ratios", "min_cut_save_sets"]
