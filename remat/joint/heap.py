@@ -25,7 +25,7 @@ _PAUSED: contextvars.ContextVar[bool] = contextvars.ContextVar("remat_joint_coll
 @contextlib.contextmanager
 def paused_collector() -> Iterator[None]:
     """Collect once, freeze what exists and turn automatic collections off for the block."""
-    if _PAUSED.get() or not gc.isenabled() or gc.get_freeze_count():
+    if not gc.isenabled() or gc.get_freeze_count():  # the caller's collector, or a pause already on
         yield
         return
     gc.collect()

@@ -20,20 +20,21 @@ knapsack and one last min-cut do. So :func:`min_cut_save_sets` calls the partiti
 ratio, with ``solve_min_cut`` memoized on its options and banned set, and then stops the
 partitioner (the graphs it would extract are not needed: remat realizes every save set itself).
 On an 8-layer GPT-2 this took the 11 ratios from 11 partitioner calls to one (docs/compile.md).
-The save sets are torch's exactly: ``tests/joint/test_min_cut.py`` checks them against torch's
-unpatched partitioner at every ratio.
+The save sets are the chooser's own: ``tests/joint/test_min_cut.py`` checks, at every ratio, that
+realized they hand the backward what torch's unpatched partitioner hands it (plus the pinned
+values remat never recomputes).
 
 Units: ratios are fractions in [0, 1].
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
+from unittest import mock
 
 from torch import fx
 from torch._functorch import partitioners as tp
@@ -58,19 +59,6 @@ def check_ratios(ratios: object) -> tuple[float, ...]:
 
 class _EveryRatioRead(Exception):
     """Raised by the replaced chooser once every ratio is read: the partitioner stops there."""
-
-
-@contextlib.contextmanager
-def _replaced(**functions: object) -> Iterator[None]:
-    """``torch._functorch.partitioners``' functions replaced by ``functions`` for one call, then restored."""
-    before = {name: getattr(tp, name) for name in functions}
-    for name, function in functions.items():
-        setattr(tp, name, function)
-    try:
-        yield
-    finally:
-        for name, function in before.items():
-            setattr(tp, name, function)
 
 
 def min_cut_save_sets(
@@ -108,7 +96,8 @@ def min_cut_save_sets(
 
     graph = copy.deepcopy(gm)  # the partitioner rewrites the graph it is given (CSE, tags)
     try:
-        with _replaced(choose_saved_values_set=choose_every_ratio, solve_min_cut=min_cut_once):
+        # torch's two functions are replaced for this one call only, and restored after it
+        with mock.patch.multiple(tp, choose_saved_values_set=choose_every_ratio, solve_min_cut=min_cut_once):
             tp.min_cut_rematerialization_partition(
                 graph,
                 joint_inputs,
