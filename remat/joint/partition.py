@@ -26,7 +26,7 @@ import hashlib
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -187,9 +187,9 @@ class RematPartitioner(CustomPartitionerFn):
         num_fwd_outputs: int,
         static_indices: Sequence[int],
         static: list[fx.Node],
-    ) -> tuple[JointProfile, Front, str, str, int]:
+    ) -> tuple[JointProfile, Front, str, str]:
         """The joint profile and front of ``gm`` (solved, or reused for a graph seen before), its
-        structure key, its times' source and its share of the budget (bytes)."""
+        structure key and its times' source."""
         session = self.session
         region = len(session.call_keys)
         held_before = sum(p.held for p in session.call_plans)
@@ -212,11 +212,35 @@ class RematPartitioner(CustomPartitionerFn):
                 front, _ = solve_front(jp, gm, share_of, static, session.ilp_seconds, seeds)
             session.joints[key] = (jp, front)
             source = times.source
+        return jp, front, key, source
+
+    def _share(self, front: Front, held_before: int) -> int:
+        """The region's share of the budget (bytes)."""
+        session = self.session
         if session.step_budget is not None:
-            share = session.step_budget - held_before
-        else:
-            share = resolve_budget(session.budget, held_before + front.store_all.peak) - held_before
-        return jp, front, key, source, share
+            return session.step_budget - held_before
+        return resolve_budget(session.budget, held_before + front.store_all.peak) - held_before
+
+    def _pick(self, front: Front, share: int, region: int, key: str, held_before: int) -> tuple[int, str]:
+        """The index of the candidate this region runs, and its source."""
+        session = self.session
+        assigned = session.assigned.get((region, key))
+        if assigned is not None:
+            pick = next(k for k, c in enumerate(front.candidates) if c.saved == assigned)
+            return pick, f"{front.sources[pick]} (split across regions)"
+        try:
+            chosen, source = front.choose(share)
+        except RematError as error:
+            message = str(error)
+            if held_before:
+                message += f" (region {region}: its share after {held_before} bytes held by earlier regions)"
+            if not _relative(session.budget) or session.step_budget is not None:
+                raise RematError(message) from None
+            # a fraction of the step's store-all peak, whose later regions are not known yet:
+            # take the least here and let the split over all regions decide (RematCompiled)
+            chosen, source = min(front.candidates, key=lambda c: (c.peak, c.ms)), "least, over its greedy share"
+            session.over_share.append(message)
+        return front.candidates.index(chosen), source
 
     def _partition(
         self, gm: fx.GraphModule, joint_inputs: Sequence[object], num_fwd_outputs: int, static_indices: Sequence[int]
@@ -228,29 +252,20 @@ class RematPartitioner(CustomPartitionerFn):
         static = [p for i, p in enumerate(primals) if i in set(static_indices)]
         region = len(session.call_keys)
         held_before = sum(p.held for p in session.call_plans)
-        jp, front, key, times, share = self._front(gm, joint_inputs, num_fwd_outputs, static_indices, static)
+        jp, front, key, times = self._front(gm, joint_inputs, num_fwd_outputs, static_indices, static)
         session.call_keys.append((region, key))
         session.call_fronts.append(front)
-        assigned = session.assigned.get((region, key))
-        if assigned is not None:
-            pick = next(k for k, c in enumerate(front.candidates) if c.saved == assigned)
-            source = f"{front.sources[pick]} (split across regions)"
-        else:
-            try:
-                chosen, source = front.choose(share)
-            except RematError as error:
-                message = str(error)
-                if held_before:
-                    message += f" (region {region}: its share after {held_before} bytes held by earlier regions)"
-                if not _relative(session.budget) or session.step_budget is not None:
-                    raise RematError(message) from None
-                # a fraction of the step's store-all peak, whose later regions are not known yet:
-                # take the least here and let the split over all regions decide (RematCompiled)
-                chosen, source = min(front.candidates, key=lambda c: (c.peak, c.ms)), "least, over its greedy share"
-                session.over_share.append(message)
-            pick = front.candidates.index(chosen)
-        # inductor rewrites the graphs it is given: every compile gets its own, from this joint graph
-        chosen = realize(jp, gm, front.candidates[pick].saved, static)
+        while True:
+            share = self._share(front, held_before)
+            pick, source = self._pick(front, share, region, key, held_before)
+            # inductor rewrites the graphs it is given: every compile gets its own, from this joint graph
+            chosen = realize(jp, gm, front.candidates[pick].saved, static)
+            if chosen.ops == front.candidates[pick].ops:
+                break
+            # NOTE [Costing a save set without building its graphs]: torch's graphs are the truth
+            front = front.replaced(pick, replace(chosen, forward=None, backward=None))
+            session.joints[key] = (jp, front)
+            session.call_fronts[-1] = front
         extra = {"source": source}
         schedule = make_schedule(jp.profile, max(share, chosen.peak), "remat.compile", chosen.ops, extra=extra)
         shapes = tuple(

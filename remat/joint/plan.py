@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import fx
@@ -48,7 +48,8 @@ class Realized:
         ops: the graph schedule of the two graphs on the joint profile.
         peak: the simulator's peak of ``ops`` (bytes).
         ms: the simulator's time of ``ops`` (milliseconds).
-        forward, backward: the two graph modules handed to inductor.
+        forward, backward: the two graph modules handed to inductor (None for a save set only
+            costed: :mod:`remat.joint.order`).
     """
 
     saved: frozenset[int]
@@ -56,8 +57,8 @@ class Realized:
     ops: tuple[Op, ...]
     peak: int
     ms: float
-    forward: fx.GraphModule = field(compare=False, repr=False)
-    backward: fx.GraphModule = field(compare=False, repr=False)
+    forward: fx.GraphModule | None = field(default=None, compare=False, repr=False)
+    backward: fx.GraphModule | None = field(default=None, compare=False, repr=False)
     saved_bytes: int = 0
     held: int = 0
 
@@ -108,7 +109,7 @@ def _backward_reach(gm: fx.GraphModule, boundary: set[str], num_fwd_outputs: int
     return list(seen.values())
 
 
-def _close_saved(
+def close_saved(
     jp: JointProfile, gm: fx.GraphModule, saved: frozenset[int]
 ) -> tuple[frozenset[int], list[fx.Node], list[fx.Node]]:
     """``saved`` plus every pinned value the backward would otherwise recompute; with the fx
@@ -133,7 +134,7 @@ def extract(
 ) -> tuple[fx.GraphModule, fx.GraphModule, list[fx.Node]]:
     """Torch's forward and backward graphs for this save set (pinned values added), and the fx
     values actually saved."""
-    _, values, syms = _close_saved(jp, gm, saved)
+    _, values, syms = close_saved(jp, gm, saved)
     values, syms = list(values), list(syms)
     # lazy graph modules (as AOTAutograd makes them): their Python code is generated when they
     # first run, so a candidate that is only costed skips most of it (a sixth of a realize on
@@ -182,9 +183,13 @@ def _phase(jp: JointProfile, nodes: Sequence[fx.Node], present: set[int], keep: 
     return computed
 
 
-def _output_groups(jp: JointProfile, gm: fx.GraphModule) -> set[int]:
-    out = next(n for n in gm.graph.nodes if n.op == "output")
-    return {jp.group[a.name] for a in out.all_input_nodes if a.name in jp.group}
+def _groups(jp: JointProfile, outputs: Iterable[object]) -> set[int]:
+    return {jp.group[a.name] for a in outputs if isinstance(a, fx.Node) and a.name in jp.group}
+
+
+def _graph_outputs(gm: fx.GraphModule) -> list[fx.Node]:
+    (out,) = gm.graph.find_nodes(op="output")
+    return out.all_input_nodes
 
 
 def realize(
@@ -192,17 +197,33 @@ def realize(
 ) -> Realized:
     """The partition of save set ``saved`` (pinned values added): its graphs, schedule and cost."""
     fw, bw, values = extract(jp, gm, saved, static_inputs)
-    saved_groups = frozenset(jp.group[n.name] for n in values if n.name in jp.group)
-    ops: list[Op] = []
     fw_nodes = [n for n in fw.graph.nodes if n.op == "call_function"]
-    present: set[int] = set()
-    fw_keep = saved_groups | _output_groups(jp, fw)
-    _phase(jp, fw_nodes, present, set(fw_keep), ops)
     tangents = [n for n in bw.graph.nodes if n.op == "placeholder" and tp._is_tangent(n)]
     bw_nodes = tangents + [n for n in bw.graph.nodes if n.op == "call_function"]
+    found = cost_of_orders(jp, fw_nodes, _graph_outputs(fw), bw_nodes, _graph_outputs(bw), values)
+    return replace(found, forward=fw, backward=bw)
+
+
+def cost_of_orders(
+    jp: JointProfile,
+    fw_nodes: Sequence[fx.Node],
+    fw_outputs: Iterable[object],
+    bw_nodes: Sequence[fx.Node],
+    bw_outputs: Iterable[object],
+    values: Iterable[fx.Node],
+) -> Realized:
+    """The partition whose forward runs ``fw_nodes`` and returns ``fw_outputs``, and whose
+    backward runs ``bw_nodes`` (its tangents first) and returns ``bw_outputs``, saving ``values``;
+    without its graphs. Only names and inputs of the nodes are read: they may be the joint
+    graph's own (:mod:`remat.joint.order`) or the built graphs' copies."""
+    saved_groups = frozenset(jp.group[n.name] for n in values if n.name in jp.group)
+    ops: list[Op] = []
+    present: set[int] = set()
+    fw_keep = saved_groups | _groups(jp, fw_outputs)
+    _phase(jp, fw_nodes, present, set(fw_keep), ops)
     end = jp.profile.size - 1
     last_backward = jp.profile.predecessors[end]
-    bw_keep = _output_groups(jp, bw) | set(last_backward) | (fw_keep - saved_groups)
+    bw_keep = _groups(jp, bw_outputs) | set(last_backward) | (fw_keep - saved_groups)
     computed = _phase(jp, bw_nodes, present, bw_keep, ops)
     ops.append(("compute", end))
     try:
@@ -219,8 +240,6 @@ def realize(
         ops=tuple(ops),
         peak=result.peak_memory,
         ms=result.compute_ms,
-        forward=fw,
-        backward=bw,
         saved_bytes=sum(sizes[g].size for g in saved_groups),
         held=sum(sizes[g].size for g in fw_keep),
     )

@@ -27,11 +27,12 @@ Units: bytes (int), milliseconds (float), seconds for ``ilp_seconds``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from torch import fx
 
 from remat.joint.heap import collect_garbage
+from remat.joint.order import JointOrder, Uncovered
 from remat.joint.plan import Realized, held_at_backward, realize
 from remat.joint.profile import JointProfile
 from remat.schedules import RematError, simulate_graph
@@ -62,6 +63,12 @@ class Front:
         """The store-all partition (the first candidate)."""
         return self.candidates[0]
 
+    def replaced(self, index: int, candidate: Realized) -> Front:
+        """This front with candidate ``index`` replaced (the same save set, costed again)."""
+        candidates = list(self.candidates)
+        candidates[index] = candidate
+        return Front(tuple(candidates), self.sources)
+
     def choose(self, budget: int) -> tuple[Realized, str]:
         """The fastest candidate within ``budget`` bytes and its source; a one-line
         :class:`RematError` naming the least budget below it."""
@@ -77,14 +84,18 @@ class Front:
 class _Collector:
     def __init__(self, jp: JointProfile, gm: fx.GraphModule, static_inputs: Sequence[fx.Node]) -> None:
         self.jp, self.gm, self.static = jp, gm, static_inputs
+        self.graph_order = JointOrder(jp, gm)
         self.by_saved: dict[frozenset[int], tuple[Realized, str]] = {}
         self.order: list[frozenset[int]] = []
 
     def add(self, saved: frozenset[int], source: str) -> Realized:
         key = frozenset(saved)
         if key not in self.by_saved:
-            realized = realize(self.jp, self.gm, key, self.static)
-            collect_garbage()  # NOTE [The solve's garbage collection]
+            try:  # NOTE [Costing a save set without building its graphs]
+                realized = self.graph_order.cost(key)
+            except Uncovered:
+                realized = replace(realize(self.jp, self.gm, key, self.static), forward=None, backward=None)
+                collect_garbage()  # NOTE [The solve's garbage collection]
             self.by_saved[key] = (realized, source)
             self.order.append(key)
         return self.by_saved[key][0]
