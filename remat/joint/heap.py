@@ -1,15 +1,16 @@
 """Python's garbage collector while remat solves a joint graph inside a compile.
 
-NOTE [The solve's garbage collection]: the solve builds thousands of fx nodes and graphs per
-candidate (:func:`remat.joint.plan.realize`, torch's min-cuts) inside a ``torch.compile`` whose
-heap holds about a million objects (dynamo's and AOTAutograd's). With the collector left as it
-was, a realize on an 8-layer Llama's 1069-node graph took 0.8-1.3 s inside the compile, against
-0.23 s for the same call after it. Inside :func:`paused_collector`, the compile's objects are
-collected once and frozen (:func:`gc.freeze`), automatic collections are off, and
-:func:`collect_garbage`, called after each candidate, collects what that candidate dropped,
-scanning only the solve's own objects: the same realizes took 0.33-0.55 s (the rest of the gap
-is not explained, docs/compile.md). Afterwards the collector is as it was (``gc.unfreeze``,
-``gc.enable``). A process that disabled its collector or froze objects itself is left as it is.
+NOTE [The solve's garbage collection]: the solve builds thousands of fx nodes and graphs
+(torch's min-cuts; :func:`remat.joint.plan.realize` for a candidate whose order is not read off
+the joint graph, NOTE [Costing a save set without building its graphs]) inside a
+``torch.compile`` whose heap holds about a million objects (dynamo's and AOTAutograd's). With the
+collector left as it was, a realize on an 8-layer Llama's 1069-node graph took 0.8-1.3 s inside
+the compile, against 0.23 s for the same call after it. Inside :func:`paused_collector`, the
+compile's objects are collected once and frozen (:func:`gc.freeze`), automatic collections are
+off, and :func:`collect_garbage`, called after the min-cuts and after each candidate built,
+collects what they dropped, scanning only the solve's own objects: the same realizes took
+0.33-0.55 s. Afterwards the collector is as it was (``gc.unfreeze``, ``gc.enable``). A process
+that disabled its collector or froze objects itself is left as it is.
 """
 
 from __future__ import annotations

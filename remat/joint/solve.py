@@ -3,7 +3,8 @@
 The graph solvers work on the joint profile and return general schedules; a forward/backward
 pair realizes only part of what they can express (:mod:`remat.joint.plan`), so every schedule is
 turned into its save set (:func:`~remat.joint.plan.held_at_backward`) and judged by the realized
-partition's own simulated peak and time. The candidates:
+partition's own simulated peak and time, costed from the joint graph's order without building
+its graphs (:mod:`remat.joint.order`). The candidates:
 
 1. store-all (save everything the backward reads) and save-nothing (only pinned values and the
    primals: the backward recomputes the whole forward); then the seeds, torch's own min-cut

@@ -32,7 +32,7 @@ REFERENCE = "Chen et al. 2016, applied to DAGs via articulation points as in Jai
 
 def store_all_plan(profile: GraphProfile) -> StagePlan:
     """Compute every node once, in order; free each output after its last consumer."""
-    return plan_from_policy(profile, lambda i, t, computed: True)
+    return plan_from_policy(profile)
 
 
 def forward_articulation_points(profile: GraphProfile) -> list[int]:

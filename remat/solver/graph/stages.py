@@ -221,10 +221,12 @@ def plan_from_s(profile: GraphProfile, S: Sequence[frozenset[int]] | Sequence[se
     return StagePlan(tuple(R), tuple(held_list))
 
 
-def plan_from_policy(profile: GraphProfile, keep: Callable[[int, int, frozenset[int]], bool]) -> StagePlan:
+def plan_from_policy(
+    profile: GraphProfile, keep: Callable[[int, int, frozenset[int]], bool] | None = None
+) -> StagePlan:
     """Forward simulation of a keep policy: stage t computes the closure of t over what is held;
     afterwards node i stays held into stage t+1 iff it still has a consumer after t and
-    ``keep(i, t, computed_in_stage_t)``."""
+    ``keep(i, t, computed_in_stage_t)`` (None: keep everything, store-all)."""
     n = profile.size
     last_use = [max(profile.successors[i], default=-1) for i in range(n)]
     once = pinned(profile)
@@ -235,7 +237,13 @@ def plan_from_policy(profile: GraphProfile, keep: Callable[[int, int, frozenset[
         computed = frozenset(needed_closure(profile, t, held))
         R.append(computed)
         if t + 1 < n:
-            S.append(frozenset(i for i in held | computed if last_use[i] > t and (i in once or keep(i, t, computed))))
+            # comprehensions, not a generator resumed per element: inside some torch.compile
+            # processes each resumption cost far more (dynamo's frame hook, we think), and this
+            # line was most of an 8-layer Llama's solve (16-17 s, 7.3 s without it; issue 26)
+            alive = {i for i in held | computed if last_use[i] > t}
+            if keep is not None:
+                alive = {i for i in alive if i in once or keep(i, t, computed)}
+            S.append(frozenset(alive))
     return StagePlan(tuple(R), tuple(S))
 
 
