@@ -23,10 +23,11 @@ reads their op order. Building them copies every fx node three times and takes m
    it unpacks.
 
 Anything outside what these rules cover (an invalid output torch would replace, an opaque saved
-object) raises :class:`Uncovered`, and the caller builds the graphs. The partition a plan runs is
-always built by torch (:func:`~remat.joint.plan.realize`), and its order is checked against this
-one (:func:`remat.joint.partition`): a difference re-solves the graph with built graphs only.
-Test: ``tests/joint/test_order.py`` (this order equals the built graphs', op for op).
+object, a collective's wait in the backward) raises :class:`Uncovered`, and the caller builds the
+graphs. The partition a plan runs is always built by torch (:func:`~remat.joint.plan.realize`),
+and its order is checked against the costed one (``RematPartitioner._partition``): on a
+difference the candidate takes its built cost and the choice is made again. Tests:
+``tests/joint/test_order.py`` (this order equals the built graphs', op for op).
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ class JointOrder:
                 continue
             if subgraph != "forward" and node in self.forward_only:
                 continue
-            if node.op == "get_attr" or all(m in valid for m in self.inputs[node]):
+            if node.op == "get_attr" or valid.issuperset(self.inputs[node]):
                 valid.add(node)
                 copied.append(node)
         wanted = [o for o in outputs if isinstance(o, fx.Node)]

@@ -159,7 +159,8 @@ def _phase(jp: JointProfile, nodes: Sequence[fx.Node], present: set[int], keep: 
 
     def touched(node: fx.Node) -> list[int]:
         found = {group.get(node.name)} | {group.get(m.name) for m in node.all_input_nodes}
-        return sorted(g for g in found if g is not None)
+        found.discard(None)
+        return sorted(found)
 
     last: dict[int, int] = {}
     for i, node in enumerate(nodes):

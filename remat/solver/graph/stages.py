@@ -53,9 +53,9 @@ class StagePlan:
         if self.S[0]:
             raise ScheduleError("stage plan: S[0] must be empty")
         for t in range(n):
-            if t not in self.R[t] or any(i > t for i in self.R[t]):
+            if t not in self.R[t] or max(self.R[t]) > t:
                 raise ScheduleError(f"stage plan: R[{t}] must contain {t} and only nodes <= {t}")
-            if any(i >= t for i in self.S[t]):
+            if self.S[t] and max(self.S[t]) >= t:
                 raise ScheduleError(f"stage plan: S[{t}] may only hold nodes < {t}")
             if self.R[t] & self.S[t]:
                 raise ScheduleError(f"stage plan: stage {t} recomputes held nodes {sorted(self.R[t] & self.S[t])}")
@@ -65,7 +65,7 @@ class StagePlan:
                         raise ScheduleError(f"stage plan: stage {t} computes {v} without its input {u}")
             if t + 1 < n and not self.S[t + 1] <= (self.R[t] | self.S[t]):
                 raise ScheduleError(f"stage plan: S[{t + 1}] keeps nodes stage {t} does not hold")
-            again = sorted(i for i in self.R[t] if i != t and not profile.nodes[i].recompute)
+            again = sorted([i for i in self.R[t] if i != t and not profile.nodes[i].recompute])
             if again:
                 raise ScheduleError(f"stage plan: stage {t} recomputes node {again[0]}, which cannot be recomputed")
 
@@ -99,8 +99,8 @@ def plan_ops(profile: GraphProfile, plan: StagePlan) -> list[Op]:
         after, at_end = free_points(profile, plan, t)
         for k in sorted(plan.R[t]):
             ops.append(("compute", k))
-            ops.extend(("free", i) for i in after.get(k, ()))
-        ops.extend(("free", i) for i in at_end)
+            ops += [("free", i) for i in after.get(k, ())]
+        ops += [("free", i) for i in at_end]
     return ops
 
 
@@ -208,16 +208,16 @@ def plan_from_s(profile: GraphProfile, S: Sequence[frozenset[int]] | Sequence[se
     last_use = [max(profile.successors[i], default=-1) for i in range(n)]
     once = pinned(profile)
     # a node that cannot be recomputed (and its consumers) is kept until its last use, whatever S says
-    wish = [frozenset(i for i in set(S[t]) | once if i < t and last_use[i] >= t) for t in range(n)]
+    wish = [frozenset({i for i in set(S[t]) | once if i < t and last_use[i] >= t}) for t in range(n)]
     R: list[frozenset[int]] = []
     held_list: list[frozenset[int]] = [frozenset()]
     for t in range(n):
         held = held_list[t]
         keep_next = wish[t + 1] if t + 1 < n else frozenset()
-        compute = needed_closure(profile, t, held, frozenset(i for i in keep_next if i not in held))
+        compute = needed_closure(profile, t, held, keep_next - held)
         R.append(frozenset(compute))
         if t + 1 < n:
-            held_list.append(frozenset(i for i in keep_next if i in held or i in compute))
+            held_list.append(keep_next & (held | compute))
     return StagePlan(tuple(R), tuple(held_list))
 
 
