@@ -137,8 +137,8 @@ def extract(
     _, values, syms = close_saved(jp, gm, saved)
     values, syms = list(values), list(syms)
     # lazy graph modules (as AOTAutograd makes them): their Python code is generated when they
-    # first run, so a candidate that is only costed skips most of it (a sixth of a realize on
-    # GPT-2, 0.46 to 0.38 s; torch's reordering still builds an eager module, so not all)
+    # first run, so a save set built but never run (one NOTE [Costing a save set without
+    # building its graphs] does not cover) skips most of it
     with _use_lazy_graph_module(True):
         fw, bw = tp._extract_fwd_bwd_modules(
             gm,
