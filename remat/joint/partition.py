@@ -178,7 +178,8 @@ class RematPartitioner(CustomPartitionerFn):
             return tp.default_partition(
                 gm, joint_inputs, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=static_indices
             )
-        return self._partition(gm, joint_inputs, num_fwd_outputs, static_indices)
+        with paused_collector():  # NOTE [The solve's garbage collection]
+            return self._partition(gm, joint_inputs, num_fwd_outputs, static_indices)
 
     def _front(
         self,
@@ -203,13 +204,12 @@ class RematPartitioner(CustomPartitionerFn):
             def share_of(store_all_peak: int) -> int:
                 return resolve_budget(session.budget, held_before + store_all_peak) - held_before
 
-            with paused_collector():  # NOTE [The solve's garbage collection]
-                times = node_times(gm, joint_inputs, session.times, session.repeats)
-                jp = joint_profile(gm, times.ms, num_fwd_outputs, name=f"region{region}")
-                cuts = min_cut_save_sets(jp, gm, joint_inputs, static_indices, session.min_cut_ratios)
-                collect_garbage()
-                seeds = [(f"torch min-cut at {ratio:g}", saved) for ratio, saved in cuts]
-                front, _ = solve_front(jp, gm, share_of, static, session.ilp_seconds, seeds)
+            times = node_times(gm, joint_inputs, session.times, session.repeats)
+            jp = joint_profile(gm, times.ms, num_fwd_outputs, name=f"region{region}")
+            cuts = min_cut_save_sets(jp, gm, joint_inputs, static_indices, session.min_cut_ratios)
+            collect_garbage()  # NOTE [The solve's garbage collection]
+            seeds = [(f"torch min-cut at {ratio:g}", saved) for ratio, saved in cuts]
+            front, _ = solve_front(jp, gm, share_of, static, session.ilp_seconds, seeds)
             session.joints[key] = (jp, front)
             source = times.source
         return jp, front, key, source
@@ -264,6 +264,7 @@ class RematPartitioner(CustomPartitionerFn):
                 break
             # NOTE [Costing a save set without building its graphs]: torch's graphs are the truth
             front = front.replaced(pick, replace(chosen, forward=None, backward=None))
+            collect_garbage()  # the graphs just built and set aside
             session.joints[key] = (jp, front)
             session.call_fronts[-1] = front
         extra = {"source": source}

@@ -1,13 +1,19 @@
 """Milliseconds of every node of a joint graph: measured by running it, or estimated.
 
-``measured`` (the default): the joint graph runs eagerly, node by node, on fresh tensors with the
-fake inputs' shapes, strides and dtypes (floats from a normal distribution, integers and booleans
+``measured`` (the default): the joint graph runs eagerly, node by node, on fresh real tensors
+with the fake inputs' shapes, strides and dtypes (floats from a normal distribution, integers and booleans
 zero, so an index is always in range), under :func:`torch.random.fork_rng` so the user's RNG
 stream is untouched; each node's time is the least of ``repeats`` runs after one warm-up whose
 times do not count (``time.perf_counter``, after a device sync). These are eager op times:
 inductor fuses pointwise chains, so a recomputed pointwise op costs less in the compiled step than
 here (docs/compile.md). Where the graph cannot run (an op the fresh data makes fail), every node
 not yet timed gets the estimate instead, and the result says so.
+
+NOTE [Timing real tensors inside a compile]: the partitioner is called inside inductor's
+``FakeTensorMode``, under which ``torch.empty_strided`` makes a fake tensor and every op dispatches
+to its fake kernel. The timed runs lift that mode (``unset_fake_temporarily``): without it, the
+"measured" times were the fake dispatch's (0.1-0.3 ms for any op of an 8-layer Llama, a matmul or
+an add alike; found 2026-12-05), and the solver weighed every recompute alike.
 
 ``estimate``: remat's own formula, not inductor's cost model:
 ``bytes read and written / BYTES_PER_MS + FLOPs / FLOPS_PER_MS``, FLOPs from torch's
@@ -24,6 +30,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import fx
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import flop_registry
 
@@ -109,6 +116,7 @@ def node_times(
     timer = _Timer(gm, device)
     done = "measured"
     with (
+        unset_fake_temporarily(),  # NOTE [Timing real tensors inside a compile]
         torch.random.fork_rng(devices=[device] if device is not None and device.type == "cuda" else []),
         torch.no_grad(),
     ):

@@ -172,6 +172,30 @@ def test_measured_times_leave_out_the_warm_up_run() -> None:
     assert times.ms["_fast_once"] >= 25.0, times.ms  # the timed run's, not the warm-up's
 
 
+def test_measured_times_run_real_tensors_inside_the_partitioner(monkeypatch) -> None:
+    """NOTE [Timing real tensors inside a compile]: AOTAutograd partitions under its fake mode; the
+    timed runs compute on real tensors (a fake op's time is its dispatch's, whatever the op)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    import remat.joint.timing as timing
+
+    outputs: list[object] = []
+    run_node = timing._Timer.run_node
+
+    def spy(self, n):
+        out = run_node(self, n)
+        if n.op == "call_function":
+            outputs.append(out)
+        return out
+
+    monkeypatch.setattr(timing._Timer, "run_node", spy)
+    step, session = aot_step(mlp(), 1.0, times="measured")
+    step(torch.randn(8, 16)).sum().backward()
+    tensors = [t for t in outputs if isinstance(t, torch.Tensor)]
+    assert tensors and not any(isinstance(t, FakeTensor) for t in tensors)
+    assert session.plans[0].times == "measured"
+
+
 @pytest.mark.parametrize("frozen_by_user", [False, True])
 def test_the_solve_freezes_the_heap_only_while_it_runs(monkeypatch, frozen_by_user: bool) -> None:
     """NOTE [The solve's garbage collection] (remat/joint/heap.py): the compile's objects are frozen
