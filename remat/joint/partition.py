@@ -68,6 +68,8 @@ class RegionPlan:
         region: the region's place among those compiled in its call (0 = first).
         shapes: the shapes of the joint graph's primal inputs (parameters and inputs).
         share: the region's budget (bytes); ``held_before``: bytes the earlier regions hold.
+            After a probe (NOTE [A faster plan just above the budget], ``remat.joint.compile``)
+            the shares add up to at most 5% above the budget; the step then measured within it.
         chosen: the realized partition (save set, recomputed set, peak, time).
         source: which solver (and solver budget) proposed it.
         least: the least peak (bytes) among the candidates; store_all: the store-all partition.
