@@ -11,6 +11,7 @@ and ``plans`` holds every region plan made (one per region and input shape).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -29,17 +30,20 @@ from remat.schedules import RematError, Schedule
 MAX_RERUNS = 4  # each rerun sees at least one more region than the last, or ends the loop
 MAX_REMEASURES = 2  # re-solves after a measured step above the budget, each with a larger margin
 PROBE_FRACTION = 0.05  # NOTE [A faster plan just above the budget]: how far above it a plan is measured
+TIMED_STEPS = 3  # unmetered steps timed per measured plan (the least counts), to choose among them
 
 
 @dataclass(frozen=True)
 class _Call:
-    """What one input signature compiled: its region plans and fronts (in region order) and the
-    allocator's peak of its measured step (bytes; None when not measured)."""
+    """What one input signature compiled: its region plans and fronts (in region order), the
+    allocator's peak of its measured step (bytes; None when not measured) and the least time of
+    its timed steps (ms; None when not timed)."""
 
     plans: tuple[RegionPlan, ...]
     fronts: tuple[Front, ...]
     keys: tuple[tuple[int, str], ...] = ()
     measured: int | None = None
+    step_ms: float | None = None
 
 
 def _budget_bytes(session: Session, fronts: Sequence[Front]) -> int:
@@ -192,7 +196,9 @@ class RematCompiled(nn.Module):
                 return out, error, call
             del out  # the measured step starts from nothing of this one
             _restore(self.model, state)
-            tried.append(replace(call, measured=self._measure(args, kwargs)))
+            measured = self._measure(args, kwargs)
+            _restore(self.model, state)
+            tried.append(replace(call, measured=measured, step_ms=self._time_steps(args, kwargs)))
             _restore(self.model, state)
             if remeasure == MAX_REMEASURES or not self._remeasure(tried, last=remeasure == MAX_REMEASURES - 1):
                 break
@@ -204,6 +210,7 @@ class RematCompiled(nn.Module):
             return None, refusal, best
         if best is not tried[-1]:  # an earlier choice measured better: compile it again
             session.assigned = {key: p.chosen.saved for key, p in zip(best.keys, best.plans, strict=True)}
+            session.assigned_by = "the fastest measured"
             self._build()
         out, error = self._run(args, kwargs)
         if session.call_plans:
@@ -224,12 +231,20 @@ class RematCompiled(nn.Module):
         )
 
     def _best(self, tried: list[_Call]) -> _Call:
-        """Of the measured choices, the fastest within the budget, else the one that peaked least."""
+        """Of the measured choices, the fastest within the budget (by their timed compiled steps,
+        else by the simulation), else the one that peaked least.
+
+        The timed steps decide because the simulation's time is the sum of eager op times: it
+        puts ResNet-50's store-all first, whose compiled step took 168 ms against 132 ms for
+        torch's 1.0 save set (inductor fuses the recomputed pointwise ops; store-all writes and
+        reads every saved value), benchmarks/compile_front.py, 2026-12-05."""
         budget = _budget_bytes(self._session, tried[0].fronts)
         fitting = [c for c in tried if c.measured is None or c.measured <= budget]
-        if fitting:
-            return min(fitting, key=lambda c: sum(p.chosen.ms for p in c.plans))
-        return min(tried, key=lambda c: c.measured or 0)
+        if not fitting:
+            return min(tried, key=lambda c: c.measured or 0)
+        if all(c.step_ms is not None for c in fitting):
+            return min(fitting, key=lambda c: c.step_ms)
+        return min(fitting, key=lambda c: sum(p.chosen.ms for p in c.plans))
 
     def _split_runs(self, args: tuple, kwargs: dict, state: tuple) -> tuple[Any, RematError | None]:
         """Run the call until the split across its regions no longer changes (at most
@@ -269,6 +284,7 @@ class RematCompiled(nn.Module):
         if error is None and current == assigned:
             return None
         session.assigned.update(assigned)
+        session.assigned_by = "split across regions"
         return budget
 
     def _measure(self, args: tuple, kwargs: dict) -> int | None:
@@ -282,18 +298,39 @@ class RematCompiled(nn.Module):
         device = _device(self.model, args, kwargs)
         if device.type == "cpu" and torch.autograd.profiler._is_profiler_enabled:
             return None
-        inputs = [p for p in self.model.parameters() if p.requires_grad]
         with AllocatorMeter(device) as meter:
-            out = self._compiled(*args, **kwargs)
-            leaves = tree_flatten(out)[0]
-            outputs = [t for t in leaves if isinstance(t, torch.Tensor) and t.grad_fn is not None]
-            outputs = [t for t in outputs if t.dim() == 0] or outputs  # the loss the user steps on
-            if outputs and inputs:
-                loss = sum(t.sum() for t in outputs)
-                torch.autograd.grad(loss, inputs, allow_unused=True)
-                del loss
-            del out, leaves, outputs
+            self._step(args, kwargs)
         return meter.peak_bytes
+
+    def _step(self, args: tuple, kwargs: dict) -> None:
+        """One step of the compiled graphs as :meth:`_measure` describes it."""
+        inputs = [p for p in self.model.parameters() if p.requires_grad]
+        out = self._compiled(*args, **kwargs)
+        leaves = tree_flatten(out)[0]
+        outputs = [t for t in leaves if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+        outputs = [t for t in outputs if t.dim() == 0] or outputs  # the loss the user steps on
+        if outputs and inputs:
+            loss = sum(t.sum() for t in outputs)
+            torch.autograd.grad(loss, inputs, allow_unused=True)
+            del loss
+        del out, leaves, outputs
+
+    def _time_steps(self, args: tuple, kwargs: dict) -> float | None:
+        """The least wall time (ms) of :data:`TIMED_STEPS` unmetered steps of the compiled graphs
+        (a device sync around each), or None under a running torch profiler on CPU (as
+        :meth:`_measure`). The caller restores RNG and buffers afterwards."""
+        device = _device(self.model, args, kwargs)
+        if device.type == "cpu" and torch.autograd.profiler._is_profiler_enabled:
+            return None
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        times = []
+        for _ in range(TIMED_STEPS):
+            sync()
+            start = time.perf_counter()
+            self._step(args, kwargs)
+            sync()
+            times.append((time.perf_counter() - start) * 1e3)
+        return min(times)
 
     def _remeasure(self, tried: list[_Call], last: bool) -> bool:
         """After a measured step, set the step budget the call runs again with and say True; False
@@ -333,7 +370,7 @@ class RematCompiled(nn.Module):
         """After the first measured step fits ``budget`` (bytes): set the step budget to the
         fastest plans simulated within ``budget * (1 + PROBE_FRACTION)`` and say True when they
         are faster than the measured ones (they compile and are measured next; :meth:`_best`
-        keeps them only if they fit); False otherwise.
+        keeps them only if they fit and their timed steps are faster); False otherwise.
 
         NOTE [A faster plan just above the budget]: the simulation counts every value of the
         joint graph at its full size, and inductor fuses pointwise chains, so a plan simulated a

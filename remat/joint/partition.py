@@ -134,6 +134,7 @@ class Session:
         self.plans: list[RegionPlan] = []
         self.joints: dict[str, tuple[JointProfile, Front]] = {}
         self.assigned: dict[tuple[int, str], frozenset[int]] = {}
+        self.assigned_by = "split across regions"  # what set ``assigned``, for the plans' sources
         self.step_budget: int | None = None  # set for the reruns of one signature's first call
         self.margin = 0  # bytes the step budget lies below the budget after an overshoot (RematCompiled._remeasure)
         self.begin_call()
@@ -229,7 +230,7 @@ class RematPartitioner(CustomPartitionerFn):
         assigned = session.assigned.get((region, key))
         if assigned is not None:
             pick = next(k for k, c in enumerate(front.candidates) if c.saved == assigned)
-            return pick, f"{front.sources[pick]} (split across regions)"
+            return pick, f"{front.sources[pick]} ({session.assigned_by})"
         try:
             chosen, source = front.choose(share)
         except RematError as error:

@@ -281,25 +281,31 @@ def test_budget_below_the_least_is_one_line() -> None:
     assert "\n" not in message and "below the least" in message and "bytes" in message
 
 
-@pytest.mark.parametrize("probed_fits", [True, False])
-def test_a_faster_plan_just_above_the_budget_is_measured_once(monkeypatch, probed_fits: bool) -> None:
+@pytest.mark.parametrize("probed", ["fits and is faster", "peaks above", "fits but is slower"])
+def test_a_faster_plan_just_above_the_budget_is_measured_once(monkeypatch, probed: str) -> None:
     """NOTE [A faster plan just above the budget]: a step measured within the budget is followed
     by one compile of the fastest plans simulated within 5% above it; they are kept when their
-    measured step fits, else the first plans compile again and run. The allocator is stood in
-    for by a step that fuses 10% of the simulation away (20% over it for the probed plans that
-    must not fit)."""
+    measured step fits and their timed steps are faster, else the first plans compile again and
+    run. The allocator is stood in for by a step that fuses 10% of the simulation away (20% over
+    it for probed plans that must not fit), the timed steps by the simulated time (twice it for
+    probed plans that must be slower)."""
     import remat.joint.compile as front_door
 
     measured: list[tuple[frozenset[int], int]] = []
 
     def measure(self, args, kwargs) -> int:
         plans = self._session.call_plans
-        factor = 0.9 if not measured or probed_fits else 1.2
+        factor = 1.2 if measured and probed == "peaks above" else 0.9
         peak = int(factor * max(p.step_peak for p in plans))
         measured.append((plans[-1].chosen.saved, peak))
         return peak
 
+    def time_steps(self, args, kwargs) -> float:
+        factor = 2.0 if len(measured) > 1 and probed == "fits but is slower" else 1.0
+        return factor * sum(p.chosen.ms for p in self._session.call_plans)
+
     monkeypatch.setattr(front_door.RematCompiled, "_measure", measure)
+    monkeypatch.setattr(front_door.RematCompiled, "_time_steps", time_steps)
     model, x = mlp(width=32, depth=4), torch.randn(256, 32)
     probe = remat.compile(copy.deepcopy(model), budget=1.0, times="estimate", measure=False)
     probe(x).sum().backward()
@@ -308,13 +314,12 @@ def test_a_faster_plan_just_above_the_budget_is_measured_once(monkeypatch, probe
     frontier = sorted(front.candidates, key=lambda c: (c.peak, c.ms))
     faster = [c for k, c in enumerate(frontier) if k and c.ms < min(f.ms for f in frontier[:k])]
     budget = faster[len(faster) // 2].peak - 1
-    (first, _), (probed, _) = front.choose(budget), front.choose(budget + int(budget * front_door.PROBE_FRACTION))
-    assert probed.ms < first.ms and probed.peak > budget
+    (first, _), (probed_plan, _) = front.choose(budget), front.choose(budget + int(budget * PROBE_FRACTION))
+    assert probed_plan.ms < first.ms and probed_plan.peak > budget
     compiled = remat.compile(model, budget=budget, times="estimate")
     compiled(x).sum().backward()
-    if probed_fits:  # measured twice; the faster plan is kept and ran
-        assert [s for s, _ in measured] == [first.saved, probed.saved]
-        assert compiled.plan.chosen.saved == probed.saved and compiled.measured_peak <= budget
-    else:  # measured twice; the probed plan peaked above the budget: the first plans run
-        assert [s for s, _ in measured] == [first.saved, probed.saved] and measured[1][1] > budget
-        assert compiled.plan.chosen.saved == first.saved and compiled.measured_peak == measured[0][1] <= budget
+    assert [s for s, _ in measured] == [first.saved, probed_plan.saved]  # measured twice, no more
+    kept = probed_plan if probed == "fits and is faster" else first
+    assert compiled.plan.chosen.saved == kept.saved and compiled.measured_peak <= budget
+    assert compiled.measured_peak == measured[0 if kept is first else 1][1]
+    assert compiled.plan.source.endswith("(the fastest measured)") == (kept is first)  # compiled again
