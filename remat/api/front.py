@@ -113,7 +113,14 @@ def checkpoint(
     first, x = cuts.cut_for(args, kwargs, target)
     bytes_ = resolve_budget(budget, store_all_budget(first))  # the whole call's
     return RematModel(
-        cuts, first, bytes_, strategy, (args, kwargs, target), loss_given=loss is not None, over_budget=over_budget
+        cuts,
+        first,
+        bytes_,
+        strategy,
+        (args, kwargs, target),
+        loss_given=loss is not None,
+        over_budget=over_budget,
+        source=model,
     )
 
 

@@ -4,6 +4,7 @@ schedule of that call's shape under one budget (docs/models.md, "Batches of othe
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,8 +87,10 @@ class RematModel(nn.Module):
         example: tuple,
         loss_given: bool = False,
         over_budget: str = "refuse",
+        source: nn.Module | None = None,
     ) -> None:
         super().__init__()
+        object.__setattr__(self, "_source", source)  # not a submodule: the chain holds the parameters
         if over_budget not in OVER_BUDGET:
             raise RematError(f"over_budget: expected one of {', '.join(map(repr, OVER_BUDGET))}, got {over_budget!r}")
         self.chain = first.chain
@@ -103,6 +106,23 @@ class RematModel(nn.Module):
         self.replay = example_plan.replay
         self.schedule = example_plan.schedule
         self.profile = first.profile
+
+    def named_parameters(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, nn.Parameter]]:
+        """The user's model's parameters, in its order and under its names, then any other the
+        chain holds (a ``loss`` module's). An optimizer over them is the one over the model: its
+        state dict loads across, and a gradient clip sums the norms in the same order (the
+        traced stages' order put a Trainer's clipped steps 1e-8 apart from the plain model's)."""
+        seen: set[int] = set()
+        if self._source is not None:
+            for name, param in self._source.named_parameters(prefix, recurse, remove_duplicate):
+                seen.add(id(param))
+                yield name, param
+        for name, param in super().named_parameters(prefix, recurse, remove_duplicate):
+            if id(param) not in seen:
+                seen.add(id(param))
+                yield name, param
 
     @property
     def least_budget(self) -> int:
@@ -190,6 +210,7 @@ class RematModel(nn.Module):
             self._example,
             self._loss_given,
             self.over_budget,
+            self._source,
         )
 
     def report(self, steps: int = 3, warmup: int = 1) -> Any:

@@ -72,6 +72,22 @@ def test_keyword_integer_inputs_train_exactly_like_the_model_below_store_all():
     assert all(torch.equal(a, b) for a, b in zip(expected, got, strict=True))
 
 
+def test_parameters_are_the_models_in_its_order_and_under_its_names():
+    """An optimizer over the wrapped model is the one over the model: the same parameters in the
+    same order (a saved optimizer state loads across; a gradient clip sums the same norms in the
+    same order), under the model's names; ``with_budget`` keeps them."""
+    torch.manual_seed(0)
+    model = TokenModel().train()
+    ids = torch.randint(0, 40, (2, 12))
+    wrapped = remat.checkpoint(model, {"input_ids": ids, "labels": ids}, budget=0.6, repeats=1, warmup=0)
+    for view in (wrapped, wrapped.with_budget(0.8)):
+        assert [id(p) for p in view.parameters()] == [id(p) for p in model.parameters()]
+        assert [n for n, _ in view.named_parameters()] == [n for n, _ in model.named_parameters()]
+    plain = torch.optim.AdamW(model.parameters())
+    plain.step()  # no gradients: the state dict still names every parameter by its place
+    torch.optim.AdamW(wrapped.parameters()).load_state_dict(plain.state_dict())
+
+
 @pytest.mark.slow
 def test_user_loss_with_a_target_is_inside_the_last_stage():
     torch.manual_seed(0)
