@@ -196,11 +196,13 @@ class RematCompiled(nn.Module):
                 return out, error, call
             del out  # the measured step starts from nothing of this one
             _restore(self.model, state)
-            measured = self._measure(args, kwargs)
+            tried.append(replace(call, measured=self._measure(args, kwargs)))
             _restore(self.model, state)
-            tried.append(replace(call, measured=measured, step_ms=self._time_steps(args, kwargs)))
-            _restore(self.model, state)
-            if remeasure == MAX_REMEASURES or not self._remeasure(tried, last=remeasure == MAX_REMEASURES - 1):
+            again = remeasure < MAX_REMEASURES and self._remeasure(tried, last=remeasure == MAX_REMEASURES - 1)
+            if again or len(tried) > 1:  # timed only where plans are compared (_best)
+                tried[-1] = replace(tried[-1], step_ms=self._time_steps(args, kwargs))
+                _restore(self.model, state)
+            if not again:
                 break
             self._build()
         best = self._best(tried)

@@ -300,7 +300,10 @@ def test_a_faster_plan_just_above_the_budget_is_measured_once(monkeypatch, probe
         measured.append((plans[-1].chosen.saved, peak))
         return peak
 
+    timed: list[int] = []
+
     def time_steps(self, args, kwargs) -> float:
+        timed.append(len(measured))
         factor = 2.0 if len(measured) > 1 and probed == "fits but is slower" else 1.0
         return factor * sum(p.chosen.ms for p in self._session.call_plans)
 
@@ -319,6 +322,7 @@ def test_a_faster_plan_just_above_the_budget_is_measured_once(monkeypatch, probe
     compiled = remat.compile(model, budget=budget, times="estimate")
     compiled(x).sum().backward()
     assert [s for s, _ in measured] == [first.saved, probed_plan.saved]  # measured twice, no more
+    assert timed == [1, 2]  # each compared plan timed once, right after its measured step
     kept = probed_plan if probed == "fits and is faster" else first
     assert compiled.plan.chosen.saved == kept.saved and compiled.measured_peak <= budget
     assert compiled.measured_peak == measured[0 if kept is first else 1][1]
