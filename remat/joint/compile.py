@@ -11,7 +11,6 @@ and ``plans`` holds every region plan made (one per region and input shape).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -25,6 +24,7 @@ from remat.joint.partition import RegionPlan, RematPartitioner, Session, resolve
 from remat.joint.solve import Front
 from remat.joint.split import least_step_peak, split, step_peak
 from remat.measure.allocator import AllocatorMeter
+from remat.measure.timing import time_ms
 from remat.schedules import RematError, Schedule
 
 MAX_RERUNS = 4  # each rerun sees at least one more region than the last, or ends the loop
@@ -319,20 +319,12 @@ class RematCompiled(nn.Module):
 
     def _time_steps(self, args: tuple, kwargs: dict) -> float | None:
         """The least wall time (ms) of :data:`TIMED_STEPS` unmetered steps of the compiled graphs
-        (a device sync around each), or None under a running torch profiler on CPU (as
-        :meth:`_measure`). The caller restores RNG and buffers afterwards."""
+        (:func:`remat.measure.timing.time_ms`), or None under a running torch profiler on CPU
+        (as :meth:`_measure`). The caller restores RNG and buffers afterwards."""
         device = _device(self.model, args, kwargs)
         if device.type == "cpu" and torch.autograd.profiler._is_profiler_enabled:
             return None
-        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-        times = []
-        for _ in range(TIMED_STEPS):
-            sync()
-            start = time.perf_counter()
-            self._step(args, kwargs)
-            sync()
-            times.append((time.perf_counter() - start) * 1e3)
-        return min(times)
+        return time_ms(lambda: self._step(args, kwargs), device, TIMED_STEPS)
 
     def _remeasure(self, tried: list[_Call], last: bool) -> bool:
         """After a measured step, set the step budget the call runs again with and say True; False
