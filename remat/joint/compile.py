@@ -12,7 +12,7 @@ and ``plans`` holds every region plan made (one per region and input shape).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -28,22 +28,25 @@ from remat.measure.timing import time_ms
 from remat.schedules import RematError, Schedule
 
 MAX_RERUNS = 4  # each rerun sees at least one more region than the last, or ends the loop
-MAX_REMEASURES = 2  # re-solves after a measured step above the budget, each with a larger margin
+MAX_REMEASURES = 2  # compiles after the first measured one: re-solves after an overshoot, a probe, torch's own
 PROBE_FRACTION = 0.05  # NOTE [A faster plan just above the budget]: how far above it a plan is measured
-TIMED_STEPS = 3  # unmetered steps timed per measured plan (the least counts), to choose among them
+TIMED_ROUNDS = 5  # interleaved rounds of one unmetered step per measured plan (the least counts), to choose
+TIE_FRACTION = 0.02  # timed steps this close to the fastest count as as fast: the least peak wins (_best)
+TORCH_DEFAULT = "torch.compile's own partition"  # the source suffix of a plan _rival measured
 
 
 @dataclass(frozen=True)
 class _Call:
     """What one input signature compiled: its region plans and fronts (in region order), the
-    allocator's peak of its measured step (bytes; None when not measured) and the least time of
-    its timed steps (ms; None when not timed)."""
+    allocator's peak of its measured step (bytes; None when not measured), the least time of
+    its timed steps (ms; None when not timed) and the ``torch.compile`` object that runs them."""
 
     plans: tuple[RegionPlan, ...]
     fronts: tuple[Front, ...]
     keys: tuple[tuple[int, str], ...] = ()
     measured: int | None = None
     step_ms: float | None = None
+    compiled: Any = field(default=None, repr=False, compare=False)
 
 
 def _budget_bytes(session: Session, fronts: Sequence[Front]) -> int:
@@ -117,8 +120,11 @@ class RematCompiled(nn.Module):
     call is run again with the split (RNG state and buffers restored first, so the step is the
     one the user asked for; Python side effects of the model run twice). Then, with ``measure``,
     one step of the compiled graphs runs under the allocator (:meth:`_measure`); if it peaks above
-    the budget, the budget is lowered by the overshoot and the call runs again (at most
-    :data:`MAX_REMEASURES` times). The step the user asked for runs last.
+    the budget, the budget is lowered by the overshoot and the call runs again; if it fits, a
+    faster plan just above the budget (:meth:`_probe`) and torch.compile's own partition
+    (:meth:`_rival`) compile and are measured too (at most :data:`MAX_REMEASURES` more compiles
+    in all). The measured plans are timed, interleaved, and the fastest that fits is kept
+    (:meth:`_best`), running its own compiled graphs. The step the user asked for runs last.
 
     Attributes:
         plans: every :class:`RegionPlan` made so far, in the order the regions compiled.
@@ -187,33 +193,35 @@ class RematCompiled(nn.Module):
         session = self._session
         session.step_budget, session.margin = None, 0  # a new signature starts from the budget alone
         session.assigned.clear()
+        session.resplit = True
         state = _snapshot(self.model)
         tried: list[_Call] = []
         for remeasure in range(MAX_REMEASURES + 1):
             out, error = self._split_runs(args, kwargs, state)
-            call = _Call(tuple(session.call_plans), tuple(session.call_fronts), tuple(session.call_keys))
+            plans, fronts, keys = tuple(session.call_plans), tuple(session.call_fronts), tuple(session.call_keys)
+            call = _Call(plans, fronts, keys, compiled=self._compiled)
             if error is not None or not self._measure_steps or not call.plans:
                 return out, error, call
             del out  # the measured step starts from nothing of this one
             _restore(self.model, state)
             tried.append(replace(call, measured=self._measure(args, kwargs)))
             _restore(self.model, state)
-            again = remeasure < MAX_REMEASURES and self._remeasure(tried, last=remeasure == MAX_REMEASURES - 1)
-            if again or len(tried) > 1:  # timed only where plans are compared (_best)
-                tried[-1] = replace(tried[-1], step_ms=self._time_steps(args, kwargs))
-                _restore(self.model, state)
-            if not again:
+            if remeasure == MAX_REMEASURES or not self._remeasure(tried, last=remeasure == MAX_REMEASURES - 1):
                 break
-            self._build()
+            self._build()  # the next plans compile anew; the tried ones keep their compiled graphs
+        if len(tried) > 1:  # timed only where plans are compared (_best)
+            tried = self._time_interleaved(tried, args, kwargs)
+            _restore(self.model, state)
         best = self._best(tried)
+        del tried  # the other compiled graphs go
         refusal = self._over_budget(best)
         if refusal is not None:  # the budget is a ceiling: no step runs above it
             self._build()
             return None, refusal, best
-        if best is not tried[-1]:  # an earlier choice measured better: compile it again
-            session.assigned = {key: p.chosen.saved for key, p in zip(best.keys, best.plans, strict=True)}
-            session.assigned_by = "the fastest measured"
-            self._build()
+        # the kept plans run from here on, and a recompile of the signature (a guard failed) keeps them
+        object.__setattr__(self, "_compiled", best.compiled)
+        session.assigned = {key: p.chosen.saved for key, p in zip(best.keys, best.plans, strict=True)}
+        session.assigned_by, session.resplit = "the fastest measured", False
         out, error = self._run(args, kwargs)
         if session.call_plans:
             best = replace(best, plans=tuple(session.call_plans))
@@ -234,7 +242,10 @@ class RematCompiled(nn.Module):
 
     def _best(self, tried: list[_Call]) -> _Call:
         """Of the measured choices, the fastest within the budget (by their timed compiled steps,
-        else by the simulation), else the one that peaked least.
+        else by the simulation), else the one that peaked least. Timed steps within
+        :data:`TIE_FRACTION` of the fastest are as fast: of those, the least measured peak wins
+        (the least of a few steps varies by 1-3% on a quiet CPU; a tie must not hand the user
+        store-all's memory for nothing).
 
         The timed steps decide because the simulation's time is the sum of eager op times: it
         puts ResNet-50's store-all first, whose compiled step took 168 ms against 132 ms for
@@ -245,7 +256,9 @@ class RematCompiled(nn.Module):
         if not fitting:
             return min(tried, key=lambda c: c.measured or 0)
         if all(c.step_ms is not None for c in fitting):
-            return min(fitting, key=lambda c: c.step_ms)
+            fastest = min(c.step_ms for c in fitting)
+            tied = [c for c in fitting if c.step_ms <= fastest * (1.0 + TIE_FRACTION)]
+            return min(tied, key=lambda c: (c.measured or 0, c.step_ms))
         return min(fitting, key=lambda c: sum(p.chosen.ms for p in c.plans))
 
     def _split_runs(self, args: tuple, kwargs: dict, state: tuple) -> tuple[Any, RematError | None]:
@@ -277,7 +290,7 @@ class RematCompiled(nn.Module):
         again with, or None when it must not run again (one region, or the split changes nothing)."""
         session = self._session
         fronts = session.call_fronts
-        if len(fronts) < 2 or (error is not None and len(fronts) == len(session.call_plans)):
+        if not session.resplit or len(fronts) < 2 or (error is not None and len(fronts) == len(session.call_plans)):
             return None
         budget = _budget_bytes(session, fronts) - session.margin
         choices = split(fronts, budget)  # one line naming the least step peak if none fits
@@ -317,14 +330,31 @@ class RematCompiled(nn.Module):
             del loss
         del out, leaves, outputs
 
-    def _time_steps(self, args: tuple, kwargs: dict) -> float | None:
-        """The least wall time (ms) of :data:`TIMED_STEPS` unmetered steps of the compiled graphs
-        (:func:`remat.measure.timing.time_ms`), or None under a running torch profiler on CPU
-        (as :meth:`_measure`). The caller restores RNG and buffers afterwards."""
+    def _time_interleaved(self, tried: list[_Call], args: tuple, kwargs: dict) -> list[_Call]:
+        """``tried`` with each call's ``step_ms``: the least of :data:`TIMED_ROUNDS` unmetered
+        steps of its compiled graphs, one step of each per round, the order reversed every other
+        round (so that each plan sees the machine as the others do: timed one after the other, a
+        later plan ran 2-7% faster or slower than in a run of its own, enough to flip the choice).
+        Unchanged under a running torch profiler on CPU (as :meth:`_measure`). The caller restores
+        RNG and buffers afterwards."""
+        samples: list[list[float]] = [[] for _ in tried]
+        order = list(range(len(tried)))
+        for round_ in range(TIMED_ROUNDS):
+            for k in order if round_ % 2 == 0 else order[::-1]:
+                ms = self._time_step(tried[k], args, kwargs)
+                if ms is None:
+                    return tried
+                samples[k].append(ms)
+        return [replace(c, step_ms=min(s)) for c, s in zip(tried, samples, strict=True)]
+
+    def _time_step(self, call: _Call, args: tuple, kwargs: dict) -> float | None:
+        """The wall time (ms) of one unmetered step of ``call``'s compiled graphs
+        (:func:`remat.measure.timing.time_ms`), or None under a running torch profiler on CPU."""
         device = _device(self.model, args, kwargs)
         if device.type == "cpu" and torch.autograd.profiler._is_profiler_enabled:
             return None
-        return time_ms(lambda: self._step(args, kwargs), device, TIMED_STEPS)
+        object.__setattr__(self, "_compiled", call.compiled)
+        return time_ms(lambda: self._step(args, kwargs), device, 1)
 
     def _remeasure(self, tried: list[_Call], last: bool) -> bool:
         """After a measured step, set the step budget the call runs again with and say True; False
@@ -336,20 +366,20 @@ class RematCompiled(nn.Module):
           a budget at that least chooses are always among those measured, and a refusal's "give a
           budget of at least M bytes" (their measured peak) is a budget that then runs
           (``test_a_conv_bn_net_stays_within_the_prediction_at_store_all_and_at_the_least``).
-        * Within the budget: once, the faster plans just above it (:meth:`_probe`).
-        * Never for store-all when the budget admits it, nor when the step budget would not move."""
+        * Once a plan measured within the budget: once, the faster plans just above it
+          (:meth:`_probe`), then once torch.compile's own partition (:meth:`_rival`).
+        * Never for store-all above a budget that admits it (store-all is kept), nor when the
+          step budget would not move."""
         session, call = self._session, tried[-1]
         measured, fronts = call.measured, call.fronts
         if measured is None:
             return False
         top = step_peak([f.store_all for f in fronts])
         budget = _budget_bytes(session, fronts)
-        if budget >= top and all(p.chosen.saved == p.store_all.saved for p in call.plans):
-            return False  # a budget that admits store-all keeps it: nothing is faster
-        if measured <= budget:
-            return self._probe(tried, budget)
         if any(c.measured is not None and c.measured <= budget for c in tried):
-            return False  # a plan that fits is known: _best keeps the fastest such
+            return self._probe(tried, budget) or self._rival(tried, budget)  # else _best keeps the fastest
+        if budget >= top and all(p.chosen.saved == p.store_all.saved for p in call.plans):
+            return False  # a budget that admits store-all keeps it
         margin = max(session.margin, measured - max(p.step_peak for p in call.plans))
         least = least_step_peak(fronts)
         lower = least if last else max(least, budget - margin)
@@ -373,7 +403,7 @@ class RematCompiled(nn.Module):
         4 MiB the simulation holds; at 14499464 bytes the plan chosen measured 14446216, a faster
         one simulated at 14713860 measured 14437000). One probe per input signature, and none
         after an overshoot (the margin then points down, :meth:`_remeasure`); it costs one
-        compile, two when the probed plan does not fit (the kept plan compiles again)."""
+        compile."""
         session, call = self._session, tried[-1]
         if len(tried) > 1:
             return False
@@ -386,6 +416,37 @@ class RematCompiled(nn.Module):
             return False  # nothing faster within reach
         session.step_budget, session.margin = upper, budget - upper  # _resplit splits ``upper``
         session.assigned.clear()
+        return True
+
+    def _rival(self, tried: list[_Call], budget: int) -> bool:
+        """Once a plan measured within ``budget`` (bytes): assign every region torch.compile's own
+        partition and say True (it compiles and is measured and timed next; :meth:`_best` keeps
+        it only if it fits and is faster, or as fast with less memory); False when a region has
+        none, it was measured already, or it is simulated more than :data:`PROBE_FRACTION` above
+        the budget.
+
+        NOTE [torch.compile's own partition is measured beside remat's]: the simulation's time is
+        the sum of eager op times, so at a budget that admits store-all, store-all is the fastest
+        simulated plan; compiled, it was slower than torch.compile's own partition on Llama and
+        ResNet-50 (35.1 against 29.9 ms, 170 against 159 ms) and as fast on GPT-2 at 1.7 times its
+        memory (benchmarks/compile_front.py, 2026-12-05): inductor fuses the pointwise ops that
+        torch's min-cut recomputes, and store-all writes and reads every value it saves. Measuring
+        torch's partition beside remat's choice wherever it fits makes ``remat.compile`` at no
+        more memory than plain ``torch.compile`` no slower than it, by a measured step, not a
+        model (as far as remat's graphs of torch's save set run as fast as torch's own). It
+        costs one compile."""
+        session, call = self._session, tried[-1]
+        defaults = [f.torch_default for f in call.fronts]
+        if any(d is None for d in defaults):
+            return False
+        rival = dict(zip(call.keys, defaults, strict=True))
+        if any(dict(zip(c.keys, (p.chosen.saved for p in c.plans), strict=False)) == rival for c in tried):
+            return False  # measured already (the plans chosen, or probed, were torch's own)
+        chosen = [f.candidate(d) for f, d in zip(call.fronts, defaults, strict=True)]
+        if step_peak(chosen) > budget + int(budget * PROBE_FRACTION):
+            return False
+        session.assigned, session.assigned_by, session.resplit = rival, TORCH_DEFAULT, False
+        session.step_budget, session.margin = None, 0
         return True
 
     @property

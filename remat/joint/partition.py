@@ -135,6 +135,7 @@ class Session:
         self.joints: dict[str, tuple[JointProfile, Front]] = {}
         self.assigned: dict[tuple[int, str], frozenset[int]] = {}
         self.assigned_by = "split across regions"  # what set ``assigned``, for the plans' sources
+        self.resplit = True  # False while a fixed assignment runs (RematCompiled._rival): no split
         self.step_budget: int | None = None  # set for the reruns of one signature's first call
         self.margin = 0  # bytes the step budget lies below the budget after an overshoot (RematCompiled._remeasure)
         self.begin_call()
@@ -212,7 +213,9 @@ class RematPartitioner(CustomPartitionerFn):
             cuts = min_cut_save_sets(jp, gm, joint_inputs, static_indices, session.min_cut_ratios)
             collect_garbage()  # NOTE [The solve's garbage collection]
             seeds = [(f"torch min-cut at {ratio:g}", saved) for ratio, saved in cuts]
-            front, _ = solve_front(jp, gm, share_of, static, session.ilp_seconds, seeds)
+            # torch.compile's own partition: its min-cut at its default activation_memory_budget, 1.0
+            default = next((saved for ratio, saved in cuts if ratio == 1.0), None)
+            front, _ = solve_front(jp, gm, share_of, static, session.ilp_seconds, seeds, default)
             session.joints[key] = (jp, front)
             source = times.source
         return jp, front, key, source
@@ -229,7 +232,7 @@ class RematPartitioner(CustomPartitionerFn):
         session = self.session
         assigned = session.assigned.get((region, key))
         if assigned is not None:
-            pick = next(k for k, c in enumerate(front.candidates) if c.saved == assigned)
+            pick = front.candidates.index(front.candidate(assigned))
             return pick, f"{front.sources[pick]} ({session.assigned_by})"
         try:
             chosen, source = front.choose(share)

@@ -49,10 +49,14 @@ ILP_NODES = 300
 
 @dataclass(frozen=True)
 class Front:
-    """Every realized candidate of one joint graph (deduplicated by save set) and where each came from."""
+    """Every realized candidate of one joint graph (deduplicated by save set) and where each came
+    from; ``torch_default``: the save set of torch.compile's own partition (its min-cut at its
+    default ``activation_memory_budget``, 1.0), one of the candidates, or None where it was not
+    computed (1.0 not among the ``min_cut_ratios``, or torch's partitioner failed)."""
 
     candidates: tuple[Realized, ...]
     sources: tuple[str, ...]
+    torch_default: frozenset[int] | None = None
 
     @property
     def least(self) -> int:
@@ -68,7 +72,11 @@ class Front:
         """This front with candidate ``index`` replaced (the same save set, costed again)."""
         candidates = list(self.candidates)
         candidates[index] = candidate
-        return Front(tuple(candidates), self.sources)
+        return replace(self, candidates=tuple(candidates))
+
+    def candidate(self, saved: frozenset[int]) -> Realized:
+        """The candidate whose (realized) save set is ``saved``."""
+        return next(c for c in self.candidates if c.saved == saved)
 
     def choose(self, budget: int) -> tuple[Realized, str]:
         """The fastest candidate within ``budget`` bytes and its source; a one-line
@@ -110,9 +118,9 @@ class _Collector:
             return None
         return self.add(held_at_backward(self.jp, found.ops), f"{source} at {budget} bytes")
 
-    def front(self) -> Front:
+    def front(self, torch_default: frozenset[int] | None = None) -> Front:
         items = [self.by_saved[k] for k in self.order]
-        return Front(tuple(r for r, _ in items), tuple(s for _, s in items))
+        return Front(tuple(r for r, _ in items), tuple(s for _, s in items), torch_default)
 
 
 def solve_front(
@@ -122,11 +130,14 @@ def solve_front(
     static_inputs: Sequence[fx.Node] = (),
     ilp_seconds: float = 0.0,
     seeds: Sequence[tuple[str, frozenset[int]]] = (),
+    torch_default: frozenset[int] | None = None,
 ) -> tuple[Front, int | None]:
     """The realized candidates of ``jp`` (see the module docstring), ``seeds`` among them
     (``(source, save set)``: torch's min-cut partitions, :mod:`remat.joint.min_cut`), and the
     budget (bytes) they were steered by: ``budget`` itself, or ``budget(store-all peak)`` when it
-    is a function (a fraction of it), or None for none in particular (no repairs, no ILP)."""
+    is a function (a fraction of it), or None for none in particular (no repairs, no ILP).
+    ``torch_default``: the save set of torch.compile's own partition (a seed); the front names its
+    realized save set (:attr:`Front.torch_default`)."""
     profile = jp.profile
     found = _Collector(jp, gm, static_inputs)
     store_all = found.add(jp.forward, "store-all")
@@ -135,11 +146,13 @@ def solve_front(
     found.add(frozenset(), "save-nothing")
     for source, saved in seeds:
         found.add(saved, source)
+    if torch_default is not None:  # realized, the save set gains the pinned values
+        torch_default = found.add(torch_default, "torch.compile's own partition").saved
     top = simulate_graph(profile, plan_ops(profile, store_all_plan(profile)), timeline=False).peak_memory
     try:
         low = hierarchical.least_budget(profile)
     except RematError:  # a graph the hierarchical solver cannot cut: the two extremes only
-        return found.front(), budget
+        return found.front(torch_default), budget
     for k in range(GRID):
         found.schedule(low + (top - low) * k // max(1, GRID - 1), "hierarchical")
     if budget is not None:
@@ -153,7 +166,7 @@ def solve_front(
             target -= got.peak - int(budget)
     if ilp_seconds > 0 and profile.size <= ILP_NODES and budget is not None:
         _ilp(found, budget, low, ilp_seconds)
-    return found.front(), budget
+    return found.front(torch_default), budget
 
 
 def _ilp(found: _Collector, budget: int, low: int, seconds: float) -> None:

@@ -189,8 +189,8 @@ def test_graph_break_shares_one_budget() -> None:
     eager = copy.deepcopy(model)
     probe = remat.compile(copy.deepcopy(model), budget=1.0, times="estimate")
     probe(x).sum().backward()
-    top = probe.simulated_peak
-    assert top == probe.store_all_peak and probe.least_peak < top
+    top = probe.store_all_peak
+    assert probe.least_peak < top and probe.measured_peak <= top
     budget = (probe.least_peak + top) // 2
     compiled = remat.compile(model, budget=budget, times="estimate")
     out = compiled(x)
@@ -300,30 +300,96 @@ def test_a_faster_plan_just_above_the_budget_is_measured_once(monkeypatch, probe
         measured.append((plans[-1].chosen.saved, peak))
         return peak
 
-    timed: list[int] = []
+    timed: list[frozenset[int]] = []
 
-    def time_steps(self, args, kwargs) -> float:
-        timed.append(len(measured))
-        factor = 2.0 if len(measured) > 1 and probed == "fits but is slower" else 1.0
-        return factor * sum(p.chosen.ms for p in self._session.call_plans)
+    def time_step(self, call, args, kwargs) -> float:
+        saved = call.plans[-1].chosen.saved
+        timed.append(saved)
+        factor = 2.0 if saved != measured[0][0] and probed == "fits but is slower" else 1.0
+        return factor * sum(p.chosen.ms for p in call.plans)
 
     monkeypatch.setattr(front_door.RematCompiled, "_measure", measure)
-    monkeypatch.setattr(front_door.RematCompiled, "_time_steps", time_steps)
+    monkeypatch.setattr(front_door.RematCompiled, "_time_step", time_step)
     model, x = mlp(width=32, depth=4), torch.randn(256, 32)
-    probe = remat.compile(copy.deepcopy(model), budget=1.0, times="estimate", measure=False)
+    ratios = (0.0, 0.5)  # not torch's default 1.0: no rival measured (the next test)
+    probe = remat.compile(copy.deepcopy(model), budget=1.0, times="estimate", measure=False, min_cut_ratios=ratios)
     probe(x).sum().backward()
     (front,) = probe._current.fronts
+    assert front.torch_default is None
     # a candidate of the front's speed/peak frontier other than its least, and the budget 1 byte below it
     frontier = sorted(front.candidates, key=lambda c: (c.peak, c.ms))
     faster = [c for k, c in enumerate(frontier) if k and c.ms < min(f.ms for f in frontier[:k])]
     budget = faster[len(faster) // 2].peak - 1
     (first, _), (probed_plan, _) = front.choose(budget), front.choose(budget + int(budget * PROBE_FRACTION))
     assert probed_plan.ms < first.ms and probed_plan.peak > budget
-    compiled = remat.compile(model, budget=budget, times="estimate")
+    compiled = remat.compile(model, budget=budget, times="estimate", min_cut_ratios=ratios)
     compiled(x).sum().backward()
-    assert [s for s, _ in measured] == [first.saved, probed_plan.saved]  # measured twice, no more
-    assert timed == [1, 2]  # each compared plan timed once, right after its measured step
+    order = [first.saved, probed_plan.saved]
+    assert [s for s, _ in measured] == order  # measured twice, no more
+    assert timed == _interleaved(order)  # timed in interleaved rounds
     kept = probed_plan if probed == "fits and is faster" else first
     assert compiled.plan.chosen.saved == kept.saved and compiled.measured_peak <= budget
     assert compiled.measured_peak == measured[0 if kept is first else 1][1]
-    assert compiled.plan.source.endswith("(the fastest measured)") == (kept is first)  # compiled again
+    assert len(compiled.plans) == 2  # the kept plan runs its own compiled graphs: none compiles again
+
+
+def _interleaved(order: list) -> list:
+    """The order the compared plans' steps are timed in: one of each per round, reversed every other round."""
+    from remat.joint.compile import TIMED_ROUNDS
+
+    return [x for r in range(TIMED_ROUNDS) for x in (order if r % 2 == 0 else order[::-1])]
+
+
+@pytest.mark.parametrize("rival", ["faster", "as fast", "slower", "above the budget"])
+def test_torch_compiles_own_partition_is_measured_beside_the_chosen_plan(monkeypatch, rival: str) -> None:
+    """NOTE [torch.compile's own partition is measured beside remat's]: at a budget that admits
+    store-all, remat's choice (store-all) is measured and timed, then torch.compile's own
+    partition (its min-cut at 1.0); the faster that fits is kept, and of two as fast (within
+    TIE_FRACTION) the one with less memory. The allocator is stood in for by a step that fuses
+    10% of the simulation away, 30% for torch's plan (its recomputed pointwise ops fused; 20% over
+    the budget where it must not fit), the timed steps by fixed times."""
+    import remat.joint.compile as front_door
+
+    model, x = mlp(width=32, depth=4), torch.randn(256, 32)
+    plain = remat.compile(copy.deepcopy(model), budget=1.0, times="estimate", measure=False)
+    plain(x).sum().backward()
+    (front,) = plain._current.fronts
+    default = front.torch_default
+    assert default is not None and default != front.store_all.saved
+    torch_plan = front.candidate(default)
+    assert torch_plan.peak <= front.store_all.peak * (1 + PROBE_FRACTION), "within reach of the budget"
+
+    measured: list[frozenset[int]] = []
+    timed: list[frozenset[int]] = []
+
+    def measure(self, args, kwargs) -> int:
+        (plan,) = self._session.call_plans
+        measured.append(plan.chosen.saved)
+        if plan.chosen.saved != default:
+            return int(0.9 * plan.chosen.peak)
+        return int((1.2 if rival == "above the budget" else 0.7) * plan.chosen.peak)
+
+    def time_step(self, call, args, kwargs) -> float:
+        (plan,) = call.plans
+        timed.append(plan.chosen.saved)
+        if plan.chosen.saved != default:
+            return 10.0
+        return {"faster": 5.0, "as fast": 10.1, "slower": 20.0, "above the budget": 5.0}[rival]
+
+    monkeypatch.setattr(front_door.RematCompiled, "_measure", measure)
+    monkeypatch.setattr(front_door.RematCompiled, "_time_step", time_step)
+    eager = copy.deepcopy(model)
+    compiled = remat.compile(model, budget=1.0, times="estimate")
+    compiled(x).sum().backward()
+    eager(x).sum().backward()
+    for got, want in zip(grads(model), grads(eager), strict=True):  # whichever compiled graphs were kept
+        torch.testing.assert_close(got, want, **TOL)
+    assert measured == [front.store_all.saved, default]  # each measured once
+    assert timed == _interleaved(measured)
+    kept = torch_plan if rival in ("faster", "as fast") else front.store_all
+    assert compiled.plan.chosen.saved == kept.saved
+    assert compiled.measured_peak == int((0.7 if kept is torch_plan else 0.9) * kept.peak) <= compiled.store_all_peak
+    assert compiled.plan.source.endswith("(torch.compile's own partition)") == (kept is torch_plan)
+    assert len(compiled.plans) == 2  # none compiled again
+    compiled(x).sum().backward()  # the next step runs the kept compiled graphs: nothing compiles
+    assert len(compiled.plans) == 2
