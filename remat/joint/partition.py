@@ -212,10 +212,7 @@ class RematPartitioner(CustomPartitionerFn):
             jp = joint_profile(gm, times.ms, num_fwd_outputs, name=f"region{region}")
             cuts = min_cut_save_sets(jp, gm, joint_inputs, static_indices, session.min_cut_ratios)
             collect_garbage()  # NOTE [The solve's garbage collection]
-            seeds = [(f"torch min-cut at {ratio:g}", saved) for ratio, saved in cuts]
-            # torch.compile's own partition: its min-cut at its default activation_memory_budget, 1.0
-            default = next((saved for ratio, saved in cuts if ratio == 1.0), None)
-            front, _ = solve_front(jp, gm, share_of, static, session.ilp_seconds, seeds, default)
+            front, _ = solve_front(jp, gm, share_of, static, session.ilp_seconds, cuts)
             session.joints[key] = (jp, front)
             source = times.source
         return jp, front, key, source

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import fx
 from torch._functorch import partitioners as tp
+from torch._functorch.compile_utils import fx_graph_cse
 
 from remat.schedules import GraphNode, GraphProfile, RematError
 
@@ -114,7 +115,16 @@ def must_save(node: fx.Node) -> bool:
 
 
 def apply_torch_safety(gm: fx.GraphModule) -> None:
-    """Run torch's own must-save passes on ``gm`` (collectives, effectful ops, backward mutations)."""
+    """Run torch's own passes on ``gm`` as its min-cut partitioner begins: common subexpressions
+    merged (``torch._functorch.config.cse``, on by default), then the must-save passes
+    (collectives, effectful ops, backward mutations).
+
+    Without the merge, the joint graph remat partitioned was not the one torch's partitioner
+    partitions: a save set of torch's, realized on it, measured 17176852 bytes on the 8-layer
+    GPT-2 where torch.compile's own graphs of it measured 16747656 (its 0.7 ratio)."""
+    if torch._functorch.config.cse:
+        gm.graph = fx_graph_cse(gm.graph)
+        gm.recompile()
     if not torch._functorch.config.unsafe_allow_optimization_of_collectives:
         tp.force_save_collectives(gm)
     tp.force_save_effectful_ops(gm)

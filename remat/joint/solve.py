@@ -50,13 +50,13 @@ ILP_NODES = 300
 @dataclass(frozen=True)
 class Front:
     """Every realized candidate of one joint graph (deduplicated by save set) and where each came
-    from; ``torch_default``: the save set of torch.compile's own partition (its min-cut at its
-    default ``activation_memory_budget``, 1.0), one of the candidates, or None where it was not
-    computed (1.0 not among the ``min_cut_ratios``, or torch's partitioner failed)."""
+    from; ``torch_cuts``: ``(ratio, save set)`` of torch.compile's own partition at each
+    ``activation_memory_budget`` ratio computed (:mod:`remat.joint.min_cut`), as realized (each
+    is one of the candidates)."""
 
     candidates: tuple[Realized, ...]
     sources: tuple[str, ...]
-    torch_default: frozenset[int] | None = None
+    torch_cuts: tuple[tuple[float, frozenset[int]], ...] = ()
 
     @property
     def least(self) -> int:
@@ -118,9 +118,9 @@ class _Collector:
             return None
         return self.add(held_at_backward(self.jp, found.ops), f"{source} at {budget} bytes")
 
-    def front(self, torch_default: frozenset[int] | None = None) -> Front:
+    def front(self, torch_cuts: Sequence[tuple[float, frozenset[int]]] = ()) -> Front:
         items = [self.by_saved[k] for k in self.order]
-        return Front(tuple(r for r, _ in items), tuple(s for _, s in items), torch_default)
+        return Front(tuple(r for r, _ in items), tuple(s for _, s in items), tuple(torch_cuts))
 
 
 def solve_front(
@@ -129,30 +129,25 @@ def solve_front(
     budget: int | Callable[[int], int] | None,
     static_inputs: Sequence[fx.Node] = (),
     ilp_seconds: float = 0.0,
-    seeds: Sequence[tuple[str, frozenset[int]]] = (),
-    torch_default: frozenset[int] | None = None,
+    torch_cuts: Sequence[tuple[float, frozenset[int]]] = (),
 ) -> tuple[Front, int | None]:
-    """The realized candidates of ``jp`` (see the module docstring), ``seeds`` among them
-    (``(source, save set)``: torch's min-cut partitions, :mod:`remat.joint.min_cut`), and the
+    """The realized candidates of ``jp`` (see the module docstring), ``torch_cuts`` among them
+    (``(ratio, save set)``: torch's min-cut partitions, :mod:`remat.joint.min_cut`), and the
     budget (bytes) they were steered by: ``budget`` itself, or ``budget(store-all peak)`` when it
-    is a function (a fraction of it), or None for none in particular (no repairs, no ILP).
-    ``torch_default``: the save set of torch.compile's own partition (a seed); the front names its
-    realized save set (:attr:`Front.torch_default`)."""
+    is a function (a fraction of it), or None for none in particular (no repairs, no ILP)."""
     profile = jp.profile
     found = _Collector(jp, gm, static_inputs)
     store_all = found.add(jp.forward, "store-all")
     if callable(budget):
         budget = int(budget(store_all.peak))
     found.add(frozenset(), "save-nothing")
-    for source, saved in seeds:
-        found.add(saved, source)
-    if torch_default is not None:  # realized, the save set gains the pinned values
-        torch_default = found.add(torch_default, "torch.compile's own partition").saved
+    # realized, a save set gains the pinned values torch's partitioner also keeps
+    torch_cuts = [(ratio, found.add(saved, f"torch min-cut at {ratio:g}").saved) for ratio, saved in torch_cuts]
     top = simulate_graph(profile, plan_ops(profile, store_all_plan(profile)), timeline=False).peak_memory
     try:
         low = hierarchical.least_budget(profile)
     except RematError:  # a graph the hierarchical solver cannot cut: the two extremes only
-        return found.front(torch_default), budget
+        return found.front(torch_cuts), budget
     for k in range(GRID):
         found.schedule(low + (top - low) * k // max(1, GRID - 1), "hierarchical")
     if budget is not None:
@@ -166,7 +161,7 @@ def solve_front(
             target -= got.peak - int(budget)
     if ilp_seconds > 0 and profile.size <= ILP_NODES and budget is not None:
         _ilp(found, budget, low, ilp_seconds)
-    return found.front(torch_default), budget
+    return found.front(torch_cuts), budget
 
 
 def _ilp(found: _Collector, budget: int, low: int, seconds: float) -> None:
