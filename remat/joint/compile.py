@@ -311,17 +311,25 @@ class RematCompiled(nn.Module):
         ``out.sum().backward()``), the outputs held through the backward (as ``out =
         model(...); out.loss.backward()``, the larger of the two ways to write the step). None
         where the allocator cannot be read (a torch profiler is already running, on CPU)."""
+        device = self._meterable(args, kwargs)
+        if device is None:
+            return None
+        with AllocatorMeter(device) as meter:
+            self._step(self._compiled, args, kwargs)
+        return meter.peak_bytes
+
+    def _meterable(self, args: tuple, kwargs: dict) -> torch.device | None:
+        """The call's device, or None where a torch profiler already runs on CPU (the allocator's
+        events and the step's time are then not the step's own)."""
         device = _device(self.model, args, kwargs)
         if device.type == "cpu" and torch.autograd.profiler._is_profiler_enabled:
             return None
-        with AllocatorMeter(device) as meter:
-            self._step(args, kwargs)
-        return meter.peak_bytes
+        return device
 
-    def _step(self, args: tuple, kwargs: dict) -> None:
-        """One step of the compiled graphs as :meth:`_measure` describes it."""
+    def _step(self, compiled: Any, args: tuple, kwargs: dict) -> None:
+        """One step of ``compiled`` (a ``torch.compile`` of the model) as :meth:`_measure` describes it."""
         inputs = [p for p in self.model.parameters() if p.requires_grad]
-        out = self._compiled(*args, **kwargs)
+        out = compiled(*args, **kwargs)
         leaves = tree_flatten(out)[0]
         outputs = [t for t in leaves if isinstance(t, torch.Tensor) and t.grad_fn is not None]
         outputs = [t for t in outputs if t.dim() == 0] or outputs  # the loss the user steps on
@@ -354,11 +362,10 @@ class RematCompiled(nn.Module):
     def _time_step(self, call: _Call, args: tuple, kwargs: dict) -> float | None:
         """The wall time (ms) of one unmetered step of ``call``'s compiled graphs
         (:func:`remat.measure.timing.time_ms`), or None under a running torch profiler on CPU."""
-        device = _device(self.model, args, kwargs)
-        if device.type == "cpu" and torch.autograd.profiler._is_profiler_enabled:
+        device = self._meterable(args, kwargs)
+        if device is None:
             return None
-        object.__setattr__(self, "_compiled", call.compiled)
-        return time_ms(lambda: self._step(args, kwargs), device, 1)
+        return time_ms(lambda: self._step(call.compiled, args, kwargs), device, 1)
 
     def _remeasure(self, tried: list[_Call], last: bool) -> bool:
         """After a measured step, set the step budget the call runs again with and say True; False
