@@ -28,8 +28,9 @@ from remat.measure.timing import time_ms
 from remat.schedules import RematError, Schedule
 
 MAX_RERUNS = 4  # each rerun sees at least one more region than the last, or ends the loop
-MAX_REMEASURES = 2  # compiles after the first measured one: re-solves after an overshoot, a probe, torch's own
-PROBE_FRACTION = 0.05  # NOTE [A faster plan just above the budget]: how far above it a plan is measured
+MAX_REMEASURES = 3  # compiles after the first measured one: a probe, torch's own, its next ratio down; re-solves
+OVERSHOOT_RESOLVES = 2  # re-solves after steps measured above the budget; the last goes to the least simulated
+PROBE_FRACTION = 0.1  # NOTE [A faster plan just above the budget]: how far above it a plan is measured
 TIMED_ROUNDS = 5  # interleaved rounds of one unmetered step per measured plan (the least counts), to choose
 TIE_FRACTION = 0.02  # timed steps this close to the fastest count as as fast: the least peak wins (_best)
 RIVAL_FRACTION = 0.2  # NOTE [torch.compile's own partition is measured beside remat's]: its reach above the budget
@@ -48,6 +49,11 @@ class _Call:
     measured: int | None = None
     step_ms: float | None = None
     compiled: Any = field(default=None, repr=False, compare=False)
+
+
+def _saved_sets(call: _Call) -> tuple:
+    """The call's save set per region key, as one hashable value (sorted by key)."""
+    return tuple(sorted(zip(call.keys, (p.chosen.saved for p in call.plans), strict=False)))
 
 
 def _budget_bytes(session: Session, fronts: Sequence[Front]) -> int:
@@ -207,7 +213,7 @@ class RematCompiled(nn.Module):
             _restore(self.model, state)
             tried.append(replace(call, measured=self._measure(args, kwargs)))
             _restore(self.model, state)
-            if remeasure == MAX_REMEASURES or not self._remeasure(tried, last=remeasure == MAX_REMEASURES - 1):
+            if remeasure == MAX_REMEASURES or not self._remeasure(tried):
                 break
             self._build()  # the next plans compile anew; the tried ones keep their compiled graphs
         if len(tried) > 1:  # timed only where plans are compared (_best)
@@ -367,18 +373,19 @@ class RematCompiled(nn.Module):
             return None
         return time_ms(lambda: self._step(call.compiled, args, kwargs), device, 1)
 
-    def _remeasure(self, tried: list[_Call], last: bool) -> bool:
+    def _remeasure(self, tried: list[_Call]) -> bool:
         """After a measured step, set the step budget the call runs again with and say True; False
         when it need not run again.
 
         * Above the budget (and no plan measured so far fits): the step budget is lowered by the
           largest overshoot of the simulation seen so far (the margin), never below the least
-          simulated step peak, and the ``last`` re-solve goes straight to that least: so the plans
+          simulated step peak, and the second (:data:`OVERSHOOT_RESOLVES`) goes straight to that least: so the plans
           a budget at that least chooses are always among those measured, and a refusal's "give a
           budget of at least M bytes" (their measured peak) is a budget that then runs
           (``test_a_conv_bn_net_stays_within_the_prediction_at_store_all_and_at_the_least``).
         * Once a plan measured within the budget: once, the faster plans just above it
-          (:meth:`_probe`), then once torch.compile's own partition (:meth:`_rival`).
+          (:meth:`_probe`), then torch.compile's own partition, the next ratio down while the one
+          measured is above the budget (:meth:`_rival`).
         * Never for store-all above a budget that admits it (store-all is kept), nor when the
           step budget would not move."""
         session, call = self._session, tried[-1]
@@ -393,6 +400,7 @@ class RematCompiled(nn.Module):
             return False  # a budget that admits store-all keeps it
         margin = max(session.margin, measured - max(p.step_peak for p in call.plans))
         least = least_step_peak(fronts)
+        last = len(tried) >= OVERSHOOT_RESOLVES  # every plan tried overshot (none fits): they are all re-solves
         lower = least if last else max(least, budget - margin)
         if lower >= (budget if session.step_budget is None else session.step_budget):
             return False  # no lower step budget to try: the same plans again
@@ -432,9 +440,10 @@ class RematCompiled(nn.Module):
     def _rival(self, tried: list[_Call], budget: int) -> bool:
         """Once a plan measured within ``budget`` (bytes): assign every region torch.compile's own
         partition at the largest ``activation_memory_budget`` ratio whose simulated step peak is
-        at most :data:`RIVAL_FRACTION` above the budget, and say True (it compiles and is measured
-        and timed next; :meth:`_best` keeps it only if it fits and is faster, or as fast with less
-        memory); False when no ratio is within reach or that partition was measured already.
+        at most :data:`RIVAL_FRACTION` above the budget and not measured yet, and say True (it
+        compiles and is measured and timed next; :meth:`_best` keeps it only if it fits and is
+        faster, or as fast with less memory); False when no ratio is within reach, or the largest
+        measured already fits.
 
         NOTE [torch.compile's own partition is measured beside remat's]: the simulation's time is
         the sum of eager op times, so at a budget that admits store-all, store-all is the fastest
@@ -448,23 +457,34 @@ class RematCompiled(nn.Module):
         its loss region's logits and softmax are fused), hence the 20% reach; one that measures
         above the budget is never kept. With the joint graph merged as torch's partitioner
         merges it (``remat.joint.profile.apply_torch_safety``), remat's graphs of torch's save set
-        measure what torch.compile's do. It costs one compile."""
+        measure what torch.compile's do. It costs one compile.
+
+        NOTE [A torch partition above the budget gives way to the next ratio down]: the reach
+        overshoots too: on the 8-layer Llama at 14528528 bytes, the 0.6 partition (simulated
+        17204232) measured 15109136 and was dropped, so the 0.5 partition, kept at the smaller
+        budget 14027792 (measured 13800456), was never measured, and remat's plan (13240968) was
+        kept: a larger budget measured less (benchmarks/compile_front.py, 2026-12-06, issue 26's
+        target (b)). So a partition measured above the budget is followed by the next
+        ratio within reach whose save sets differ, one compile each, within
+        :data:`MAX_REMEASURES`; the first that fits ends it (a lower ratio recomputes more)."""
         session, call = self._session, tried[-1]
         reach = budget + int(budget * RIVAL_FRACTION)
         cuts = [dict(f.torch_cuts) for f in call.fronts]
-        ratios = sorted(set.intersection(*(set(c) for c in cuts)), reverse=True)
-        for ratio in ratios:
+        measured = {_saved_sets(c): c.measured for c in tried}
+        for ratio in sorted(set.intersection(*(set(c) for c in cuts)), reverse=True):
             chosen = [f.candidate(c[ratio]) for f, c in zip(call.fronts, cuts, strict=True)]
-            if step_peak(chosen) <= reach:
-                break
-        else:
-            return False
-        rival = {key: c.saved for key, c in zip(call.keys, chosen, strict=True)}
-        if any(dict(zip(c.keys, (p.chosen.saved for p in c.plans), strict=False)) == rival for c in tried):
-            return False  # measured already (the plans chosen, or probed, were these)
-        session.assigned, session.assigned_by, session.resplit = rival, TORCH_OWN, False
-        session.step_budget, session.margin = None, 0
-        return True
+            if step_peak(chosen) > reach:
+                continue
+            rival = {key: c.saved for key, c in zip(call.keys, chosen, strict=True)}
+            key = tuple(sorted(rival.items()))
+            if key not in measured:
+                session.assigned, session.assigned_by, session.resplit = rival, TORCH_OWN, False
+                session.step_budget, session.margin = None, 0
+                return True
+            if measured[key] is None or measured[key] <= budget:
+                return False  # measured already, and it fits: the lower ratios save less time
+            # above the budget: NOTE [A torch partition above the budget gives way to the next ratio down]
+        return False
 
     @property
     def plans(self) -> tuple[RegionPlan, ...]:
