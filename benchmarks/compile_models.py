@@ -1,0 +1,255 @@
+"""remat.compile on the twenty models of docs/models.md, beside the eager step and torch.compile (CPU).
+
+Issue 26 asks that ``remat.compile`` work where ``torch.compile`` works, on the Hugging Face and
+torchvision models of docs/models.md. Per model (benchmarks/cut_models.py's configs: random
+weights, train mode, batch 2, 128 tokens or 64x64 images; image models with their cross-entropy
+inside a wrapper module, as in compile_front.py), one thread:
+
+* the eager step and ``torch.compile(model)`` (inductor, default options): the allocator's peak
+  of a step (bytes, ``step_allocator_peak``: gradients pre-allocated outside, outputs held
+  through the backward) and every parameter's gradient;
+* ``remat.compile(model, budget=--budget)`` (default times, so node times are measured): where the
+  budget is refused as below what the compiled step can meet, once more at the least the refusal
+  names. Its compiled regions, its predicted peak against the allocator's (target: within 2%), the
+  budget kept (measured <= budget), and its gradients against eager and against torch.compile.
+
+Gradients come from ``torch.manual_seed(0)`` and the same buffers for every method. Models with
+dropout or stochastic depth (GPT-2, BERT, T5, BART, Swin, EfficientNet: their configs' defaults)
+draw other masks compiled than eager, so there remat.compile is held to torch.compile's gradients
+(both are inductor's random streams), elsewhere to eager's; the tolerance is tests/joint's
+(rtol 1e-4, atol 1e-5 per element).
+
+    PYTHONPATH=. python benchmarks/compile_models.py [--only gpt2,bert] [--budget 0.5]
+
+A full run writes benchmarks/results/compile_models.json (with the machine); ``--only`` writes
+compile_models_partial.json. The table goes to stdout (docs/compile.md shows the last full run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import compile_front as cf  # benchmarks/compile_front.py: Case, WithLoss, one_line (run from the repo root)
+import cut_models  # benchmarks/cut_models.py: the twenty models' configs and inputs
+import machine_info  # noqa: E402
+import torch
+
+RESULTS = Path(__file__).resolve().parent / "results"
+IMAGE = 64
+TARGET = torch.tensor([1, 7])  # the image models' class targets (batch 2)
+TOL = {"rtol": 1e-4, "atol": 1e-5}  # tests/joint/test_compile.py's, per element
+CPU = torch.device("cpu")
+
+
+def build(name: str, entry: tuple) -> cf.Case:
+    """The model ``name`` (seed 0, train mode) with its example, as compile_front.py's cases."""
+    from remat.models.hub import build_library_model
+
+    spec, config, inputs, image_model = entry
+    torch.manual_seed(0)
+    model = build_library_model(spec, config).train()
+    if image_model:
+        return cf.Case(name, cf.WithLoss(model).train(), (inputs, TARGET), {}, spec)
+    return cf.Case(name, model, (), dict(inputs), spec)
+
+
+def gradients(case: cf.Case, module: torch.nn.Module, buffers: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Every parameter's gradient (zeros where none) of one step of ``module`` from seed 0 and ``buffers``."""
+    restore(case, buffers)
+    for p in case.model.parameters():
+        p.grad = None
+    torch.manual_seed(0)
+    case.loss(module).backward()
+    grads = [torch.zeros_like(p) if p.grad is None else p.grad.detach().clone() for p in case.model.parameters()]
+    for p in case.model.parameters():
+        p.grad = None
+    return grads
+
+
+def restore(case: cf.Case, buffers: list[torch.Tensor]) -> None:
+    with torch.no_grad():
+        for b, saved in zip(case.model.buffers(), buffers, strict=True):
+            b.copy_(saved)
+
+
+def worst(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+    """The largest absolute difference of any element (0.0 for no parameters)."""
+    return max((float((x.double() - y.double()).abs().max()) for x, y in zip(a, b, strict=True)), default=0.0)
+
+
+def close(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return all(torch.allclose(x, y, **TOL) for x, y in zip(a, b, strict=True))
+
+
+def peak(case: cf.Case, module: torch.nn.Module) -> int:
+    """The allocator's peak of a step through ``module`` (bytes), the larger of 2 after a warm-up."""
+    from remat.replay.report import step_allocator_peak
+
+    return step_allocator_peak(case.model, lambda: case.loss(module), CPU, steps=2)
+
+
+def first_call(case: cf.Case, module: torch.nn.Module, buffers: list[torch.Tensor]) -> float:
+    """Wall seconds of the first (compiling) step through ``module``."""
+    from remat.replay.report import prepare_grads
+
+    restore(case, buffers)
+    prepare_grads(case.model)
+    begin = time.monotonic()
+    case.loss(module).backward()
+    return time.monotonic() - begin
+
+
+def torch_compile_cell(case: cf.Case, buffers: list[torch.Tensor]) -> tuple[dict, list[torch.Tensor] | None]:
+    try:
+        compiled = torch.compile(case.model)
+        cell: dict[str, Any] = {"first_call_s": first_call(case, compiled, buffers), "peak": peak(case, compiled)}
+        return cell, gradients(case, compiled, buffers)
+    except Exception as error:  # noqa: BLE001 - a model torch.compile cannot run is a row with its reason
+        return {"failed": cf.one_line(error)}, None
+
+
+def remat_compile_cell(case: cf.Case, budget: int | float, buffers: list[torch.Tensor]) -> tuple[dict, Any]:
+    """``remat.compile`` at ``budget`` compiled by its first step; the cell and the compiled module
+    (None where refused or failed)."""
+    import remat
+    from remat.schedules import RematError
+
+    cell: dict[str, Any] = {"budget": budget}
+    compiled = remat.compile(case.model, budget=budget)
+    try:
+        cell["first_call_s"] = first_call(case, compiled, buffers)
+    except RematError as error:
+        refusal = str(error).splitlines()[0]
+        named = cf._LEAST.search(refusal)
+        return cell | {"refused": refusal, **({"named_least": int(named.group(1))} if named else {})}, None
+    except Exception as error:  # noqa: BLE001
+        return cell | {"failed": cf.one_line(error)}, None
+    plans = compiled.plans
+    cell |= {
+        "budget_bytes": budget if isinstance(budget, int) else int(budget * compiled.store_all_peak),
+        "regions": len(compiled.regions),
+        "predicted_peak": compiled.predicted_peak,
+        "simulated_peak": compiled.simulated_peak,
+        "store_all_peak": compiled.store_all_peak,
+        "solve_s": max(p.solve_seconds for p in plans),
+        "sources": [p.source for p in compiled.regions],
+    }
+    return cell, compiled
+
+
+def measure_model(name: str, entry: tuple, budget: int | float) -> dict:
+    case = build(name, entry)
+    buffers = [b.detach().clone() for b in case.model.buffers()]
+    eager = gradients(case, case.model, buffers)
+    row: dict[str, Any] = {"model": name, "spec": entry[0], "eager_peak": peak(case, case.model)}
+    row["torch_compile"], reference = torch_compile_cell(case, buffers)
+    if reference is not None:
+        row["torch_compile"]["grads_vs_eager"] = worst(reference, eager)
+    torch._dynamo.reset()
+    cell, compiled = remat_compile_cell(case, budget, buffers)
+    if compiled is None and "named_least" in cell:  # below what the compiled step meets: at the least named
+        row["refused"] = cell
+        torch._dynamo.reset()
+        cell, compiled = remat_compile_cell(case, cell["named_least"], buffers)
+    row["remat_compile"] = cell
+    if compiled is not None:
+        measured = peak(case, compiled)
+        ours = gradients(case, compiled, buffers)
+        # torch.compile's own gradients off eager's: inductor's dropout masks, not eager's
+        random = reference is not None and not close(reference, eager)
+        against = reference if random else eager
+        cell |= {
+            "measured_peak": measured,
+            "error": measured / cell["predicted_peak"] - 1,
+            "within_budget": measured <= cell["budget_bytes"],
+            "grads_vs_eager": worst(ours, eager),
+            "grads_vs_torch_compile": None if reference is None else worst(ours, reference),
+            "grads_against": "torch.compile" if random else "eager",
+            "grads_close": close(ours, against),
+        }
+    torch._dynamo.reset()
+    return row
+
+
+def _mib(value: int | None) -> str:
+    return "" if value is None else f"{value / 2**20:.2f}"
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| model | eager MiB | torch.compile MiB (first call s) | remat.compile budget | regions | measured MiB "
+        "(predicted, error) | within budget | grads (against; max abs diff) | first call s | solve s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        tc = r["torch_compile"]
+        tc_text = tc.get("failed") or f"{_mib(tc['peak'])} ({tc['first_call_s']:.0f})"
+        c = r["remat_compile"]
+        budget = c["budget"] if isinstance(c["budget"], float) else f"{c['budget']} B"
+        if "refused" in r:
+            budget = f"{budget} (refused at {r['refused']['budget']}: least)"
+        head = f"| {r['model']} | {_mib(r['eager_peak'])} | {tc_text} | {budget} |"
+        if "measured_peak" not in c:
+            lines.append(f"{head} {c.get('refused') or c.get('failed')} | | | | | |")
+            continue
+        grads = f"{'close' if c['grads_close'] else 'NOT close'} ({c['grads_against']}; {c['grads_vs_eager']:.1e})"
+        lines.append(
+            f"{head} {c['regions']} | {_mib(c['measured_peak'])} ({_mib(c['predicted_peak'])}, {c['error']:+.2%}) | "
+            f"{'yes' if c['within_budget'] else 'NO'} | {grads} | {c['first_call_s']:.0f} | {c['solve_s']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def summary(rows: list[dict]) -> dict:
+    ran = [r["remat_compile"] for r in rows if "measured_peak" in r["remat_compile"]]
+    return {
+        "models": len(rows),
+        "torch_compile_ran": sum("failed" not in r["torch_compile"] for r in rows),
+        "remat_compile_ran": len(ran),
+        "within_budget": sum(c["within_budget"] for c in ran),
+        "prediction_within_2pct": sum(abs(c["error"]) <= 0.02 for c in ran),
+        "grads_close": sum(c["grads_close"] for c in ran),
+        "largest_solve_s": max((c["solve_s"] for c in ran), default=None),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="comma-separated model names (benchmarks/cut_models.py)")
+    parser.add_argument("--budget", type=float, default=0.5, help="remat.compile's budget, a fraction of store-all")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    if not 0 < args.budget <= 1:
+        raise SystemExit(f"--budget: {args.budget} is not a fraction in (0, 1]")
+    from remat.models.compat import import_torchvision
+
+    import_torchvision()
+    torch.set_num_threads(args.threads)
+    entries = cut_models.models(IMAGE)
+    chosen = [n for n in args.only.split(",") if n] or list(entries)
+    unknown = [n for n in chosen if n not in entries]
+    if unknown:
+        raise SystemExit(f"--only: unknown model(s) {', '.join(unknown)}; choose from {', '.join(entries)}")
+    begin, rows = time.monotonic(), []
+    for name in chosen:
+        start = time.monotonic()
+        rows.append(measure_model(name, entries[name], args.budget) | {"wall_s": time.monotonic() - start})
+        print(table(rows[-1:]).splitlines()[-1], flush=True)
+    print(table(rows))
+    verdict = summary(rows)
+    print(verdict)
+    out = RESULTS / ("compile_models_partial.json" if args.only else "compile_models.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    note = "shared 2-core machine, one thread"
+    payload = {"machine": machine_info.machine(note), "budget": args.budget, "wall_s": time.monotonic() - begin,
+               "summary": verdict, "rows": rows}  # fmt: skip
+    out.write_text(json.dumps(payload, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
