@@ -94,7 +94,11 @@ def min_cut_save_sets(
                 warnings.warn(message, stacklevel=4)
         raise _EveryRatioRead
 
-    graph = copy.deepcopy(gm)  # the partitioner rewrites the graph it is given (CSE, tags)
+    # the partitioner rewrites the graph it is given (CSE, tags): it gets a copy of the graph; the
+    # module's tensors are shared, not copied (a deepcopy of the module fails on T5, whose joint
+    # graph holds a fake tensor constant: "set the storage of a tensor on device meta")
+    graph = fx.GraphModule(gm, copy.deepcopy(gm.graph))
+    graph.meta = dict(getattr(gm, "meta", {}))
     try:
         # torch's two functions are replaced for this one call only, and restored after it
         with mock.patch.multiple(tp, choose_saved_values_set=choose_every_ratio, solve_min_cut=min_cut_once):

@@ -408,6 +408,36 @@ def test_torch_compiles_own_partition_is_measured_beside_the_chosen_plan(monkeyp
     assert len(compiled.plans) == len(measured)
 
 
+class Scaled(nn.Module):
+    """A model whose forward builds a tensor from a list (as T5's relative position buckets do):
+    dynamo lifts it into the joint graph as a constant, a fake tensor while partitioning."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.lin(x)) * torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])
+
+
+@pytest.mark.slow
+def test_a_tensor_built_in_forward_keeps_torchs_partitions_among_the_candidates(recwarn) -> None:
+    """torch's min-cut partitioner runs on a copy of the joint graph, not of the module: a
+    deepcopy of the module copied that fake constant and failed, and the compile with it
+    (T5 under remat.compile: ``BackendCompilerFailed``, benchmarks/compile_models.py)."""
+    torch.manual_seed(0)
+    model, x = Scaled(), torch.randn(4, 8)
+    eager = copy.deepcopy(model)
+    compiled = remat.compile(model, budget=1.0, times="estimate", measure=False)
+    compiled(x).sum().backward()
+    eager(x).sum().backward()
+    (front,) = compiled._current.fronts
+    assert front.torch_cuts, "torch's partitions are among the candidates"
+    assert not [w for w in recwarn if "min-cut" in str(w.message)]
+    for got, want in zip(grads(model), grads(eager), strict=True):
+        torch.testing.assert_close(got, want, **TOL)
+
+
 class MeanLoss(nn.Module):
     """A model that returns its scalar loss, as a training wrapper does."""
 
