@@ -237,20 +237,20 @@ def main() -> None:
     unknown = [n for n in chosen if n not in entries]
     if unknown:
         raise SystemExit(f"--only: unknown model(s) {', '.join(unknown)}; choose from {', '.join(entries)}")
+    out = RESULTS / ("compile_models_partial.json" if args.only else "compile_models.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    machine = machine_info.machine("shared 2-core machine, one thread")
     begin, rows = time.monotonic(), []
     for name in chosen:
         start = time.monotonic()
         rows.append(measure_model(name, entries[name], args.budget) | {"wall_s": time.monotonic() - start})
         print(table(rows[-1:]).splitlines()[-1], flush=True)
+        # written after every model: a run stopped early keeps what it measured
+        payload = {"machine": machine, "budget": args.budget, "complete": len(rows) == len(chosen),
+                   "wall_s": time.monotonic() - begin, "summary": summary(rows), "rows": rows}  # fmt: skip
+        out.write_text(json.dumps(payload, indent=2) + "\n")
     print(table(rows))
-    verdict = summary(rows)
-    print(verdict)
-    out = RESULTS / ("compile_models_partial.json" if args.only else "compile_models.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    note = "shared 2-core machine, one thread"
-    payload = {"machine": machine_info.machine(note), "budget": args.budget, "wall_s": time.monotonic() - begin,
-               "summary": verdict, "rows": rows}  # fmt: skip
-    out.write_text(json.dumps(payload, indent=2) + "\n")
+    print(summary(rows))
     print(f"wrote {out}")
 
 
