@@ -487,7 +487,7 @@ class RematCompiled(nn.Module):
                 session.step_budget, session.margin = None, 0
                 return True
             if measured[key] is None or measured[key] <= budget:
-                return False  # measured already, and it fits: the lower ratios save less time
+                return False  # measured already, and it fits: a lower ratio recomputes more
             # above the budget: NOTE [A torch partition above the budget gives way to the next ratio down]
         return False
 
