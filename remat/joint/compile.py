@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten
 
+from remat.joint.choice import TIMED_ROUNDS, Measured, interleaved, kept_index, round_step_ms
 from remat.joint.min_cut import MIN_CUT_RATIOS
 from remat.joint.partition import RegionPlan, RematPartitioner, Session, resolve_budget
 from remat.joint.solve import Front
@@ -31,8 +32,6 @@ MAX_RERUNS = 4  # each rerun sees at least one more region than the last, or end
 MAX_REMEASURES = 3  # compiles after the first measured one: a probe, torch's own, its next ratio down; re-solves
 OVERSHOOT_RESOLVES = 2  # re-solves after steps measured above the budget; the last goes to the least simulated
 PROBE_FRACTION = 0.05  # NOTE [A faster plan just above the budget]: how far above it a plan is measured
-TIMED_ROUNDS = 15  # interleaved rounds of one unmetered step per measured plan (the least counts), to choose
-TIE_FRACTION = 0.02  # timed steps this close to the fastest count as as fast: the least peak wins (_best)
 RIVAL_FRACTION = 0.2  # NOTE [torch.compile's own partition is measured beside remat's]: its reach above the budget
 TORCH_OWN = "torch.compile's own partition"  # the source suffix of a plan _rival measured
 
@@ -40,8 +39,9 @@ TORCH_OWN = "torch.compile's own partition"  # the source suffix of a plan _riva
 @dataclass(frozen=True)
 class _Call:
     """What one input signature compiled: its region plans and fronts (in region order), the
-    allocator's peak of its measured step (bytes; None when not measured), the least time of
-    its timed steps (ms; None when not timed) and the ``torch.compile`` object that runs them."""
+    allocator's peak of its measured step (bytes; None when not measured), its timed step (ms,
+    :func:`remat.joint.choice.round_step_ms`; None when not timed) and the ``torch.compile``
+    object that runs them."""
 
     plans: tuple[RegionPlan, ...]
     fronts: tuple[Front, ...]
@@ -248,25 +248,18 @@ class RematCompiled(nn.Module):
         )
 
     def _best(self, tried: list[_Call]) -> _Call:
-        """Of the measured choices, the fastest within the budget (by their timed compiled steps,
-        else by the simulation), else the one that peaked least. Timed steps within
-        :data:`TIE_FRACTION` of the fastest are as fast: of those, the least measured peak wins
-        (the least of a few steps varies by 1-3% on a quiet CPU; a tie must not hand the user
-        store-all's memory for nothing).
+        """Of the measured choices, the one :func:`remat.joint.choice.kept_index` keeps: the
+        fastest within the budget by their timed compiled steps (else by the simulation), of
+        those as fast the one with more memory (NOTE [A tie goes to the plan with more memory]),
+        else the one that peaked least.
 
         The timed steps decide because the simulation's time is the sum of eager op times: it
         puts ResNet-50's store-all first, whose compiled step took 168 ms against 132 ms for
         torch's 1.0 save set (inductor fuses the recomputed pointwise ops; store-all writes and
         reads every saved value), benchmarks/compile_front.py, 2026-12-05."""
         budget = _budget_bytes(self._session, tried[0].fronts)
-        fitting = [c for c in tried if c.measured is None or c.measured <= budget]
-        if not fitting:
-            return min(tried, key=lambda c: c.measured or 0)
-        if all(c.step_ms is not None for c in fitting):
-            fastest = min(c.step_ms for c in fitting)
-            tied = [c for c in fitting if c.step_ms <= fastest * (1.0 + TIE_FRACTION)]
-            return min(tied, key=lambda c: (c.measured or 0, c.step_ms))
-        return min(fitting, key=lambda c: sum(p.chosen.ms for p in c.plans))
+        seen = [Measured(c.measured, c.step_ms, sum(p.chosen.ms for p in c.plans)) for c in tried]
+        return tried[kept_index(seen, budget)]
 
     def _split_runs(self, args: tuple, kwargs: dict, state: tuple) -> tuple[Any, RematError | None]:
         """Run the call until the split across its regions no longer changes (at most
@@ -349,23 +342,20 @@ class RematCompiled(nn.Module):
         del out, leaves, outputs
 
     def _time_interleaved(self, tried: list[_Call], args: tuple, kwargs: dict) -> list[_Call]:
-        """``tried`` with each call's ``step_ms``: the least of :data:`TIMED_ROUNDS` unmetered
-        steps of its compiled graphs, one step of each per round, the order reversed every other
-        round (so that each plan sees the machine as the others do: timed one after the other, a
-        later plan ran 2-7% faster or slower than in a run of its own, enough to flip the choice).
-        15 rounds: the least of 5 flipped the 8-layer GPT-2's choice between plans 2-5% apart
-        from one budget to the next (docs/compile.md, "Measured truth" step 6). Unchanged under a
-        running torch profiler on CPU (as :meth:`_measure`). The caller restores RNG and buffers
-        afterwards."""
+        """``tried`` with each call's ``step_ms``: :data:`~remat.joint.choice.TIMED_ROUNDS`
+        rounds of one unmetered step of each call's compiled graphs, in
+        :func:`~remat.joint.choice.interleaved` order, compared round by round
+        (:func:`~remat.joint.choice.round_step_ms`). 15 rounds: the least of 5 flipped the
+        8-layer GPT-2's choice between plans 2-5% apart from one budget to the next
+        (docs/compile.md, "Measured truth" step 6). Unchanged under a running torch profiler on
+        CPU (as :meth:`_measure`). The caller restores RNG and buffers afterwards."""
         samples: list[list[float]] = [[] for _ in tried]
-        order = list(range(len(tried)))
-        for round_ in range(TIMED_ROUNDS):
-            for k in order if round_ % 2 == 0 else order[::-1]:
-                ms = self._time_step(tried[k], args, kwargs)
-                if ms is None:
-                    return tried
-                samples[k].append(ms)
-        return [replace(c, step_ms=min(s)) for c, s in zip(tried, samples, strict=True)]
+        for k in interleaved(len(tried), TIMED_ROUNDS):
+            ms = self._time_step(tried[k], args, kwargs)
+            if ms is None:
+                return tried
+            samples[k].append(ms)
+        return [replace(c, step_ms=ms) for c, ms in zip(tried, round_step_ms(samples), strict=True)]
 
     def _time_step(self, call: _Call, args: tuple, kwargs: dict) -> float | None:
         """The wall time (ms) of one unmetered step of ``call``'s compiled graphs
@@ -415,7 +405,8 @@ class RematCompiled(nn.Module):
         """After the first measured step fits ``budget`` (bytes): set the step budget to the
         fastest plans simulated within ``budget * (1 + PROBE_FRACTION)`` and say True when they
         are faster than the measured ones (they compile and are measured next; :meth:`_best`
-        keeps them only if they fit and their timed steps are faster); False otherwise.
+        keeps them only if they fit and their timed steps are faster, or as fast with more
+        memory); False otherwise.
 
         NOTE [A faster plan just above the budget]: the simulation counts every value of the
         joint graph at its full size, and inductor fuses pointwise chains, so a plan simulated a
@@ -447,7 +438,7 @@ class RematCompiled(nn.Module):
         partition at the largest ``activation_memory_budget`` ratio whose simulated step peak is
         at most :data:`RIVAL_FRACTION` above the budget and not measured yet, and say True (it
         compiles and is measured and timed next; :meth:`_best` keeps it only if it fits and is
-        faster, or as fast with less memory); False when no ratio is within reach, or the largest
+        faster, or as fast with more memory); False when no ratio is within reach, or the largest
         measured already fits.
 
         NOTE [torch.compile's own partition is measured beside remat's]: the simulation's time is

@@ -335,7 +335,7 @@ def test_a_faster_plan_just_above_the_budget_is_measured_once(monkeypatch, probe
 
 def _interleaved(order: list) -> list:
     """The order the compared plans' steps are timed in: one of each per round, reversed every other round."""
-    from remat.joint.compile import TIMED_ROUNDS
+    from remat.joint.choice import TIMED_ROUNDS
 
     return [x for r in range(TIMED_ROUNDS) for x in (order if r % 2 == 0 else order[::-1])]
 
@@ -345,7 +345,8 @@ def test_torch_compiles_own_partition_is_measured_beside_the_chosen_plan(monkeyp
     """NOTE [torch.compile's own partition is measured beside remat's]: at a budget that admits
     store-all, remat's choice (store-all) is measured and timed, then torch.compile's own
     partition at the largest ratio within reach (1.0); the faster that fits is kept, and of two
-    as fast (within TIE_FRACTION) the one with less memory. NOTE [A torch partition above the
+    as fast (within TIE_FRACTION) the one with more memory (NOTE [A tie goes to the plan with
+    more memory]: here store-all). NOTE [A torch partition above the
     budget gives way to the next ratio down]: where 1.0's measures above the budget, the next
     ratio's partition is measured too (and kept: it fits and is faster). The allocator is stood
     in for by a step that fuses 10% of the simulation away, 30% for torch's plans (their
@@ -397,7 +398,7 @@ def test_torch_compiles_own_partition_is_measured_beside_the_chosen_plan(monkeyp
     below = [next_down] if rival == "above the budget" else []  # each measured once, and no ratio lower
     assert measured == [front.store_all.saved, default, *below]
     assert timed == _interleaved(measured)
-    kept = {"faster": torch_plan, "as fast": torch_plan, "slower": front.store_all}.get(rival)
+    kept = {"faster": torch_plan, "as fast": front.store_all, "slower": front.store_all}.get(rival)
     kept = kept or torch_plans[next_down]
     assert compiled.plan.chosen.saved == kept.saved
     fused = 0.9 if kept is front.store_all else 0.7
