@@ -270,8 +270,9 @@ def remat_compile_point(case: Case, budget: int | float, times: str) -> Method |
 def remat_compile_points(case: Case, args: argparse.Namespace, torch_peaks: list[int]) -> list[Method | dict]:
     """remat.compile at 1.0, at ``--remat-points`` byte budgets from its least L to its store-all
     peak T (both read from the 1.0 point), at every distinct ``torch_peaks`` value in [L, T) (one
-    below L would be refused at its simulated least, one at or above T chooses what 1.0 chose;
-    each is a row with ``not_tried`` and the reason), and once more at the least a refusal named."""
+    below L runs L's least plans, measured at the point L (NOTE [A budget below the least
+    simulated is measured at the least]), one at or above T chooses what 1.0 chose; each is a row
+    with ``not_tried`` and the reason), and once more at the least a refusal named."""
     first = remat_compile_point(case, 1.0, args.times)
     entries = [first]
     print(f"  {REMAT} 1.0: {_brief(first)}", flush=True)
@@ -285,7 +286,7 @@ def remat_compile_points(case: Case, args: argparse.Namespace, torch_peaks: list
             if low <= peak < top:
                 budgets.append(peak)
             else:
-                why = f"below remat.compile's least simulated step peak {low}" if peak < low else (
+                why = f"below remat.compile's least simulated step peak {low}: that point's plans" if peak < low else (
                       f"at or above its store-all peak {top}: the 1.0 point")  # fmt: skip
                 entries.append({"method": REMAT, "budget": peak, "matches_torch_compile": True,
                                 "not_tried": f"torch.compile's peak {peak} B: {why}"})  # fmt: skip

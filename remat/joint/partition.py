@@ -38,7 +38,7 @@ from remat.joint.heap import collect_garbage, paused_collector
 from remat.joint.min_cut import MIN_CUT_RATIOS, check_ratios, min_cut_save_sets
 from remat.joint.plan import Realized, realize
 from remat.joint.profile import JointProfile, apply_torch_safety, joint_profile
-from remat.joint.solve import Front, solve_front
+from remat.joint.solve import BelowLeast, Front, solve_front
 from remat.joint.timing import TIME_SOURCES, node_times
 from remat.schedules import RematError, Schedule
 from remat.schedules.units import parse_size
@@ -238,7 +238,7 @@ class RematPartitioner(CustomPartitionerFn):
             if held_before:
                 message += f" (region {region}: its share after {held_before} bytes held by earlier regions)"
             if not _relative(session.budget) or session.step_budget is not None:
-                raise RematError(message) from None
+                raise BelowLeast(message) from None
             # a fraction of the step's store-all peak, whose later regions are not known yet:
             # take the least here and let the split over all regions decide (RematCompiled)
             chosen, source = min(front.candidates, key=lambda c: (c.peak, c.ms)), "least, over its greedy share"

@@ -47,6 +47,12 @@ REPAIRS = 4
 ILP_NODES = 300
 
 
+class BelowLeast(RematError):
+    """A budget below the least simulated peak the graphs can meet (one line naming that least).
+    ``remat.compile`` measures the least plans before it refuses such a budget (NOTE [A budget
+    below the least simulated is measured at the least])."""
+
+
 @dataclass(frozen=True)
 class Front:
     """Every realized candidate of one joint graph (deduplicated by save set) and where each came
@@ -83,7 +89,7 @@ class Front:
         :class:`RematError` naming the least budget below it."""
         fitting = [(c, s) for c, s in zip(self.candidates, self.sources, strict=True) if c.peak <= budget]
         if not fitting:
-            raise RematError(
+            raise BelowLeast(
                 f"remat.compile: budget {format_size(budget)} ({budget} bytes) is below the least this graph "
                 f"can meet, {format_size(self.least)} ({self.least} bytes)"
             )

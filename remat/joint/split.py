@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from remat.joint.plan import Realized
-from remat.joint.solve import Front
-from remat.schedules import RematError
+from remat.joint.solve import BelowLeast, Front
 from remat.schedules.units import format_size
 
 
@@ -35,7 +34,7 @@ def _pareto(states: list[tuple[int, float, tuple[int, ...]]]) -> list[tuple[int,
 
 def split(fronts: Sequence[Front], budget: int) -> tuple[Realized, ...]:
     """The fastest candidate per region whose step peak stays within ``budget`` bytes; a one-line
-    :class:`RematError` naming the least step peak when none does."""
+    :class:`~remat.joint.solve.BelowLeast` naming the least step peak when none does."""
     states: list[tuple[int, float, tuple[int, ...]]] = [(0, 0.0, ())]
     for front in fronts:
         grown = [
@@ -47,7 +46,7 @@ def split(fronts: Sequence[Front], budget: int) -> tuple[Realized, ...]:
         states = _pareto(grown)
         if not states:
             least = least_step_peak(fronts)
-            raise RematError(
+            raise BelowLeast(
                 f"remat.compile: budget {format_size(budget)} ({budget} bytes) is below the least the step's "
                 f"{len(fronts)} compiled regions can meet together, {format_size(least)} ({least} bytes)"
             )

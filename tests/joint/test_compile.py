@@ -69,15 +69,15 @@ def test_refusals_before_any_compile() -> None:
 
 
 def test_signature_tells_python_values_apart() -> None:
-    from remat.joint.compile import _signature
+    from remat.joint.call import input_signature
 
     x = torch.zeros(2, 3)
-    assert _signature((x, 1), {}) == _signature((torch.ones(2, 3), 1), {})
-    assert _signature((x, 1), {}) != _signature((x, 2), {})
-    assert _signature((x,), {"flag": True}) != _signature((x,), {"flag": False})
-    assert _signature((x, 1.0), {}) != _signature((x, 1), {})
-    assert _signature((x, float("nan")), {}) == _signature((x, float("nan")), {})
-    assert _signature((x,), {}) != _signature((torch.zeros(3, 2),), {})
+    assert input_signature((x, 1), {}) == input_signature((torch.ones(2, 3), 1), {})
+    assert input_signature((x, 1), {}) != input_signature((x, 2), {})
+    assert input_signature((x,), {"flag": True}) != input_signature((x,), {"flag": False})
+    assert input_signature((x, 1.0), {}) != input_signature((x, 1), {})
+    assert input_signature((x, float("nan")), {}) == input_signature((x, float("nan")), {})
+    assert input_signature((x,), {}) != input_signature((torch.zeros(3, 2),), {})
 
 
 @pytest.mark.slow
@@ -279,6 +279,85 @@ def test_budget_below_the_least_is_one_line() -> None:
         compiled(torch.randn(64, 32))
     message = str(raised.value)
     assert "\n" not in message and "below the least" in message and "bytes" in message
+
+
+@pytest.mark.parametrize("below", ["met", "refused, naming the measured least", "far below, refused at once"])
+def test_a_budget_below_the_least_simulated_is_measured_at_the_least(monkeypatch, below: str) -> None:
+    """NOTE [A budget below the least simulated is measured at the least]: 10% below the least
+    simulated peak, the least plans compile, measure within it and are kept; 30% below, they
+    measure above it and the refusal names what they measured, a budget that then runs; 60%
+    below (under MEASURE_BELOW_LEAST), the refusal is at once, nothing measured. The allocator
+    is stood in for by a step that fuses 20% of the simulation away."""
+    import remat.joint.compile as front_door
+
+    measured: list[int] = []
+
+    def measure(self, args, kwargs) -> int:
+        measured.append(int(0.8 * max(p.step_peak for p in self._session.call_plans)))
+        return measured[-1]
+
+    monkeypatch.setattr(front_door.RematCompiled, "_measure", measure)
+    model, x = mlp(width=32, depth=4), torch.randn(256, 32)
+    probe = remat.compile(copy.deepcopy(model), budget=1.0, times="estimate", measure=False, min_cut_ratios=())
+    probe(x).sum().backward()
+    least = probe.least_peak
+    budget = int({"met": 0.9, "far below, refused at once": 0.4}.get(below, 0.7) * least)
+    eager = copy.deepcopy(model)
+    compiled = remat.compile(model, budget=budget, times="estimate", min_cut_ratios=())
+    if below == "far below, refused at once":
+        with pytest.raises(RematError, match="is below the least this graph can meet"):
+            compiled(x)
+        assert measured == []
+        return
+    if below == "refused, naming the measured least":
+        with pytest.raises(RematError, match=r"measured (\d+) bytes at its least \(the joint graph's least is") as no:
+            compiled(x).sum().backward()
+        assert all(p.grad is None for p in model.parameters())  # no step ran
+        named = int(re.search(r"at least (\d+) bytes", str(no.value))[1])
+        assert named == measured[0] == int(0.8 * least) > budget
+        compiled = remat.compile(model, budget=named, times="estimate", min_cut_ratios=())
+    compiled(x).sum().backward()
+    eager(x).sum().backward()
+    assert compiled.plan.chosen.peak == least  # the least simulated plan, kept
+    assert compiled.measured_peak == measured[-1] <= compiled._session.budget
+    for got, want in zip(grads(model), grads(eager), strict=True):
+        torch.testing.assert_close(got, want, **TOL)
+
+
+class Head(nn.Module):
+    """An embedding, a tanh layer and a language-model head with its cross-entropy: inductor fuses
+    the loss's softmax chain, which the simulation counts value by value."""
+
+    def __init__(self, width: int = 32, vocab: int = 2048) -> None:
+        super().__init__()
+        self.emb, self.lin, self.out = nn.Embedding(vocab, width), nn.Linear(width, width), nn.Linear(width, vocab)
+
+    def forward(self, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        hidden = torch.tanh(self.lin(self.emb(ids)))
+        return nn.functional.cross_entropy(self.out(hidden).flatten(0, 1), labels.flatten())
+
+
+@pytest.mark.slow
+def test_a_budget_below_the_least_simulated_is_met_where_the_compiled_step_fits() -> None:
+    """NOTE [A budget below the least simulated is measured at the least], on the allocator:
+    5% below the least simulated peak (refused until 2026-12-06), the least plans measure
+    within the budget; they are kept, and the user's next step stays within it too."""
+    torch.manual_seed(0)
+    model, ids, labels = Head(), torch.randint(0, 2048, (4, 64)), torch.randint(0, 2048, (4, 64))
+    probe = remat.compile(copy.deepcopy(model), budget=1.0, times="estimate", min_cut_ratios=())
+    probe(ids, labels).backward()
+    budget = int(0.95 * probe.least_peak)
+    eager = copy.deepcopy(model)
+    compiled = remat.compile(model, budget=budget, times="estimate", min_cut_ratios=())
+    compiled(ids, labels).backward()
+    eager(ids, labels).backward()
+    assert compiled.measured_peak <= budget < compiled.least_peak
+    for got, want in zip(grads(model), grads(eager), strict=True):
+        torch.testing.assert_close(got, want, **TOL)
+    prepare_grads(model)
+    with AllocatorMeter("cpu") as meter:
+        compiled(ids, labels).backward()
+    assert meter.peak_bytes <= budget
 
 
 @pytest.mark.parametrize("probed", ["fits and is faster", "peaks above", "fits but is slower"])

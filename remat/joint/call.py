@@ -1,0 +1,71 @@
+"""One call of a compiled model: what makes it compile anew (its input signature), its device,
+the RNG and buffers that let it run again unchanged, and the :class:`RematError` inside the
+exception torch wrapped it in."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils._pytree import tree_flatten
+
+from remat.schedules import RematError
+
+_SCALARS = (bool, int, float, complex, str, bytes, type(None))
+
+
+def _leaf_key(value: object) -> object:
+    """A tensor's shape, dtype and device; a Python scalar's type and value (``dynamic=False``:
+    torch compiles anew for a new int or bool, so the plan may differ; ``repr`` so that a NaN
+    equals itself); for anything else its type."""
+    if isinstance(value, torch.Tensor):
+        return (tuple(value.shape), value.dtype, value.device)
+    if isinstance(value, _SCALARS):
+        return (type(value), repr(value))
+    return type(value)
+
+
+def input_signature(args: tuple, kwargs: dict) -> tuple:
+    """What makes a call compile anew here: the arguments' structure and each leaf's key."""
+    flat, spec = tree_flatten((args, kwargs))
+    return (str(spec), *(_leaf_key(a) for a in flat))
+
+
+def call_device(model: nn.Module, args: tuple, kwargs: dict) -> torch.device:
+    """The device of the call's first tensor argument, else of the model's first parameter."""
+    for value in tree_flatten((args, kwargs))[0]:
+        if isinstance(value, torch.Tensor):
+            return value.device
+    return next((p.device for p in model.parameters()), torch.device("cpu"))
+
+
+def snapshot(model: nn.Module) -> tuple:
+    """The CPU (and CUDA) RNG states and a copy of every buffer, to run a call again unchanged."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    with torch.no_grad():
+        buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    return torch.get_rng_state(), cuda, buffers
+
+
+def restore(model: nn.Module, state: tuple) -> None:
+    """Put back the RNG states and buffers :func:`snapshot` took."""
+    cpu, cuda, buffers = state
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
+    with torch.no_grad():
+        for buffer, saved in buffers:
+            buffer.copy_(saved)
+
+
+def remat_error(error: BaseException) -> RematError | None:
+    """The RematError inside an exception torch wrapped (BackendCompilerFailed and friends)."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, RematError):
+            return error
+        seen.add(id(error))
+        error = getattr(error, "inner_exception", None) or error.__cause__ or error.__context__
+    return None
+
+
+__all__ = ["call_device", "input_signature", "remat_error", "restore", "snapshot"]
