@@ -32,7 +32,7 @@ from remat.schedules import RematError, Schedule
 MAX_RERUNS = 4  # each rerun sees at least one more region than the last, or ends the loop
 MAX_REMEASURES = 3  # compiles after the first measured one: a probe, torch's own, its next ratio down; re-solves
 OVERSHOOT_RESOLVES = 2  # re-solves after steps measured above the budget; the last goes to the least simulated
-MEASURE_BELOW_LEAST = 0.5  # NOTE [A budget below the least simulated is measured at the least]: how far below
+MEASURE_BELOW_LEAST = 0.5  # a budget this fraction of the least simulated peak, or more, is measured at the least
 PROBE_FRACTION = 0.05  # NOTE [A faster plan just above the budget]: how far above it a plan is measured
 RIVAL_FRACTION = 0.2  # NOTE [torch.compile's own partition is measured beside remat's]: its reach above the budget
 TORCH_OWN = "torch.compile's own partition"  # the source suffix of a plan _rival measured
@@ -75,8 +75,10 @@ class RematCompiled(nn.Module):
     the budget, the budget is lowered by the overshoot and the call runs again; if it fits, a
     faster plan just above the budget (:meth:`_probe`) and torch.compile's own partition
     (:meth:`_rival`) compile and are measured too (at most :data:`MAX_REMEASURES` more compiles
-    in all). The measured plans are timed, interleaved, and the fastest that fits is kept
-    (:meth:`_best`), running its own compiled graphs. The step the user asked for runs last.
+    in all). The measured plans are timed, interleaved, and the fastest that fits is kept (of
+    two as fast, the one with more memory; :meth:`_best`), running its own compiled graphs. A
+    budget below the least simulated step peak runs the least plans and measures them before it
+    is refused (:meth:`_at_the_least`). The step the user asked for runs last.
 
     Attributes:
         plans: every :class:`RegionPlan` made so far, in the order the regions compiled.
@@ -223,9 +225,7 @@ class RematCompiled(nn.Module):
         once: no compile is spent on a budget that far off."""
         session = self._session
         fronts = session.call_fronts
-        if not isinstance(error, BelowLeast) or not self._measure_steps or session.step_budget is not None:
-            return False
-        if not fronts:
+        if not (isinstance(error, BelowLeast) and self._measure_steps and fronts) or session.step_budget is not None:
             return False
         least = least_step_peak(fronts)
         budget = _budget_bytes(session, fronts)
