@@ -17,7 +17,9 @@ Gradients come from ``torch.manual_seed(0)`` and the same buffers for every meth
 dropout or stochastic depth (GPT-2, BERT, T5, BART, Swin, EfficientNet: their configs' defaults)
 draw other masks compiled than eager, so there remat.compile is held to torch.compile's gradients
 (both are inductor's random streams), elsewhere to eager's; the tolerance is tests/joint's
-(rtol 1e-4, atol 1e-5 per element).
+(rtol 1e-4, atol 1e-5 per element). Where neither is met, gradients no farther from eager's than
+torch.compile's own (max abs difference) are close too: inductor's usual distance from eager on
+that model (``grads_verdict``).
 
     PYTHONPATH=. python benchmarks/compile_models.py [--only gpt2,bert] [--budget 0.5]
 
@@ -86,6 +88,22 @@ def worst(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
 
 def close(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
     return all(torch.allclose(x, y, **TOL) for x, y in zip(a, b, strict=True))
+
+
+def grads_verdict(
+    close_to_reference: bool, reference: str, ours_vs_eager: float, torch_vs_eager: float | None
+) -> tuple[bool, str]:
+    """Whether remat.compile's gradients are close, and against what: within TOL of ``reference``
+    (eager's, or torch.compile's where dropout draws inductor's masks), else no farther from
+    eager's (max abs difference) than torch.compile's own are, which is inductor's usual distance
+    from eager on that model (issue 26's words): EfficientNet-B0's batch-2 BatchNorm over 2 x 2
+    maps amplifies rounding, and torch.compile's gradients were 9.1e-3 from eager's with the same
+    stochastic-depth masks (their losses agree to 4e-5), 4.8e-3 with stochastic depth off."""
+    if close_to_reference:
+        return True, reference
+    if torch_vs_eager is not None and ours_vs_eager <= torch_vs_eager:
+        return True, "within torch.compile's distance from eager"
+    return False, reference
 
 
 def peak(case: cf.Case, module: torch.nn.Module) -> int:
@@ -171,9 +189,13 @@ def measure_model(name: str, entry: tuple, budget: int | float) -> dict:
             "within_budget": measured <= cell["budget_bytes"],
             "grads_vs_eager": worst(ours, eager),
             "grads_vs_torch_compile": None if reference is None else worst(ours, reference),
-            "grads_against": "torch.compile" if random else "eager",
-            "grads_close": close(ours, against),
         }
+        cell["grads_close"], cell["grads_against"] = grads_verdict(
+            close(ours, against),
+            "torch.compile" if random else "eager",
+            cell["grads_vs_eager"],
+            row["torch_compile"].get("grads_vs_eager"),
+        )
     torch._dynamo.reset()
     return row
 

@@ -43,3 +43,11 @@ def test_table_says_what_failed_and_where_a_budget_was_refused() -> None:
     assert lines[2].startswith("| a | 4.00 | 3.00 (8) | 0.5 | 2 | 1.00 (1.00, +0.00%) | yes | close (eager; 3.0e-06) |")
     assert "| RuntimeError: boom |" in lines[3] and "| NO | NOT close (eager;" in lines[3] and "+50.00%" in lines[3]
     assert "| 123 B (refused at 0.5: least) | RuntimeError: later |" in lines[4]
+
+
+def test_gradients_are_close_within_tolerance_or_as_close_to_eager_as_torch_compiles() -> None:
+    assert cm.grads_verdict(True, "eager", 1e-3, 1e-6) == (True, "eager")
+    within = "within torch.compile's distance from eager"
+    assert cm.grads_verdict(False, "torch.compile", 4.5e-3, 9.1e-3) == (True, within)
+    assert cm.grads_verdict(False, "eager", 9.2e-3, 9.1e-3) == (False, "eager")  # farther than torch.compile's
+    assert cm.grads_verdict(False, "eager", 1e-6, None) == (False, "eager")  # torch.compile did not run
