@@ -155,7 +155,8 @@ class RematCompiled(nn.Module):
             if not tried and self._at_the_least(error):  # the least simulated plans run, measured next
                 restore(self.model, state)
                 self._build()
-                refused, (out, error) = error, self._split_runs(args, kwargs, state)
+                refused = error
+                out, error = self._split_runs(args, kwargs, state)
                 if isinstance(error, BelowLeast):  # a later region, unknown before, cannot meet it either
                     error = refused
             plans, fronts, keys = tuple(session.call_plans), tuple(session.call_fronts), tuple(session.call_keys)

@@ -86,7 +86,7 @@ class Front:
 
     def choose(self, budget: int) -> tuple[Realized, str]:
         """The fastest candidate within ``budget`` bytes and its source; a one-line
-        :class:`RematError` naming the least budget below it."""
+        :class:`BelowLeast` naming the least budget below it."""
         fitting = [(c, s) for c, s in zip(self.candidates, self.sources, strict=True) if c.peak <= budget]
         if not fitting:
             raise BelowLeast(
