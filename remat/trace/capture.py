@@ -8,6 +8,15 @@ what is differentiated: the user's loss, the model's own ``.loss``, or its one o
 :func:`trace` runs it under ``torch.compile(fullgraph=True, dynamic=False)`` with a backend that
 only keeps the graph; :mod:`remat.trace.cut` explains why dynamo is the tracer.
 
+NOTE [A trace runs nothing]
+Dynamo traces the step on fake tensors: the graph it hands the backend has been built without one
+real activation. A backend that returned ``gm.forward`` would then be called on the real inputs,
+a whole recording forward (every activation the step stores) for a result nobody reads; on a
+model that does not fit, that forward is what fails. The backend here keeps the graph and returns
+a callable that raises :class:`_Captured` instead of running it, which :func:`trace` takes as
+success: the capture allocates no activations (only the eager no-grad run of
+:mod:`remat.trace.branches` for a Hugging Face model, which holds one layer's values at a time).
+
 NOTE [Dimensions a trace is general in]
 A trace may be asked to keep some input dimensions symbolic (``maybe_mark_dynamic``: a sequence
 length, a batch size). Dynamo then writes sizes as expressions of graph inputs (SymInt
@@ -30,6 +39,7 @@ import torch.fx as fx
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from remat.measure.oom import is_out_of_memory
 from remat.schedules import ProfileError, RematError
 from remat.trace import branches
 
@@ -129,6 +139,10 @@ def _dynamic_dims(gm: fx.GraphModule, examples: list[Any], leaves: list[Any], as
     return DynamicDims(kept, order, guard, shape_env)
 
 
+class _Captured(Exception):  # noqa: N818 - a signal, not an error
+    """Raised in place of running the traced graph (NOTE [A trace runs nothing])."""
+
+
 def trace(
     step: TrainingStep, args: tuple, kwargs: dict, target: Any, dynamic: Iterable[tuple[int, int]] = ()
 ) -> tuple[fx.GraphModule, list[Any], DynamicDims | None]:
@@ -136,8 +150,10 @@ def trace(
     ``dynamic`` dimensions (``(leaf index, dimension)`` of the flattened inputs) it stayed general
     in (NOTE [Dimensions a trace is general in]; None: it is specialised to every size).
 
-    The traced call runs the model once (twice for a Hugging Face model: :mod:`remat.trace.branches`
-    records its mask decisions eagerly first): the caller saves and restores its state around it.
+    The traced graph is not run (NOTE [A trace runs nothing]); a Hugging Face model runs once,
+    eagerly under ``no_grad`` (:mod:`remat.trace.branches` records its mask decisions): the caller
+    saves and restores its state around it. An allocation failure is raised as it came
+    (:func:`~remat.measure.oom.is_out_of_memory`), not as a model that cannot be traced.
     Resets dynamo's caches (before and after) so that this trace neither hits nor leaves one.
     The inputs are marked in place (dynamo's attribute on the tensor): pass tensors of your own.
     """
@@ -149,7 +165,11 @@ def trace(
 
     def keep(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
         captured.append((gm, list(example_inputs)))
-        return gm.forward
+
+        def skip(*_: Any) -> Any:
+            raise _Captured
+
+        return skip
 
     torch._dynamo.reset()
     try:
@@ -157,9 +177,13 @@ def trace(
         with branches.pinned(step.model, lambda: step(args, kwargs, target)):
             with torch._dynamo.config.patch(ignore_logging_functions=_quiet_logging()):
                 torch.compile(step, backend=keep, fullgraph=True, dynamic=False)(args, kwargs, target)
+    except _Captured:
+        pass  # the graph was kept, not run
     except RematError:
         raise
     except Exception as error:  # noqa: BLE001 - dynamo's many error types; one line for the user
+        if is_out_of_memory(error):
+            raise  # memory, not tracing: the caller names it as such
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise RematError(
             f"model: TorchDynamo cannot trace {type(step.model).__name__} as one graph ({first}); "

@@ -32,31 +32,52 @@ from remat.trace.stage_errors import running_stage
 from remat.trace.stages import CutChain
 
 
+def _stage_saves(name: str, stage: Any, a: Boundary) -> tuple[bool, bool, Boundary]:
+    """Run ``stage``'s recording forward from ``a``: whether it saves its input, whether it saves its
+    output, and its output, detached (the stage's graph is gone when this returns).
+
+    NOTE [The fuse pass holds one stage]
+    The ``pack`` hook records each saved tensor's storage key and keeps nothing: a hook that
+    returned the tensor would keep every saved activation alive as long as the graph, and one that
+    saves the stage's own output (``tanh``, ``exp``, ``log_softmax``) would make a cycle autograd
+    node -> saved output -> node that the garbage collector never frees (the whole chain's
+    activations held after the first call). A key is a weak reference to the storage
+    (:func:`~remat.measure.memory.storage_key`): it keeps the storage's identity from being reused
+    while it is held, not its bytes, so keys taken inside the forward compare truly with the input
+    and output keys taken while those are alive. The pass so peaks at one stage's forward."""
+    seen: set = set()
+
+    def pack(t: torch.Tensor) -> None:
+        seen.add(storage_key(t))
+
+    def unpack(_: None) -> torch.Tensor:
+        raise RuntimeError("remat's fuse pass keeps no saved tensors; its graph is not for backward")
+
+    leaf = each(lambda t: t.detach().requires_grad_(can_have_grad(t)), a)
+    with running_stage(name, stage, leaf), torch.enable_grad(), saved_tensors_hooks(pack, unpack):
+        out = stage(leaf)
+    saves_input = bool(set(storage_keys(leaf)) & seen)
+    saves_output = bool(set(storage_keys(out)) & seen)
+    return saves_input, saves_output, detached(out)
+
+
 def unsaved_handoffs(chain: Chain, x: torch.Tensor) -> list[int]:
     """Indices k of the stages whose output a_{k+1} is saved neither by stage k's nor by stage
     k+1's recording forward (the last stage's output, the step's result, is never one).
 
-    Storages are told apart by :func:`~remat.measure.memory.storage_key` (views share one); every
-    stage's graph is kept alive through the pass. The caller restores buffers and RNG."""
-    saved_by: list[set] = []
-    held: list[tuple[Boundary, Boundary]] = []
+    Storages are told apart by :func:`~remat.measure.memory.storage_key` (views share one). One
+    stage runs at a time and keeps nothing of its graph (NOTE [The fuse pass holds one stage]):
+    a_{k+1} is unsaved iff stage k does not save its output and stage k+1 does not save its input
+    (the same storages: the input is the output, detached). A tuple boundary is unsaved only if
+    none of its tensors is saved on either side. The caller restores buffers and RNG."""
+    saves_input: list[bool] = []
+    saves_output: list[bool] = []
     a = detached(x)
     for name, stage in zip(chain.names, chain.stages, strict=True):
-        seen: set = set()
-
-        def pack(t: torch.Tensor, seen: set = seen) -> torch.Tensor:
-            seen.add(storage_key(t))
-            return t
-
-        leaf = each(lambda t: t.detach().requires_grad_(can_have_grad(t)), a)
-        with running_stage(name, stage, leaf), torch.enable_grad(), saved_tensors_hooks(pack, lambda t: t):
-            out = stage(leaf)
-        saved_by.append(seen)
-        held.append((leaf, out))
-        a = detached(out)
-    # a tuple boundary is unsaved only if none of its tensors is saved on either side
-    outputs = [set(storage_keys(out)) for _, out in held]
-    return [k for k in range(len(held) - 1) if not outputs[k] & (saved_by[k] | saved_by[k + 1])]
+        takes, gives, a = _stage_saves(name, stage, a)
+        saves_input.append(takes)
+        saves_output.append(gives)
+    return [k for k in range(len(chain.stages) - 1) if not saves_output[k] and not saves_input[k + 1]]
 
 
 def fuse_unsaved_handoffs(chain: CutChain, args: tuple, kwargs: dict, target: Any = None) -> CutChain:
