@@ -15,6 +15,7 @@ protobuf and loads none of OR-Tools' native code).
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
@@ -178,6 +179,9 @@ def _stale_solution(highs, model: dict) -> bool:  # noqa: ANN001 - a highspy.Hig
 
 
 def main(argv: list[str]) -> int:
+    # A terminal's Ctrl-C reaches the whole process group, this child included: the parent owns
+    # it and kills this process (NOTE [No solver takes a signal], remat/solver/deadline.py).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     model_path, result_path, end = argv[1], argv[2], float(argv[3])
     model = read_model(model_path)
 
