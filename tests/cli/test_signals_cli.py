@@ -33,8 +33,8 @@ START_WITHIN = 120.0  # seconds for the child's imports, however loaded the mach
 
 _MARK = """
 import os, sys
-def _hook(event, args, _mark=os.environ["REMAT_TEST_SOLVING"]):
-    if event == "open" and str(args[0]).endswith("graph_resnet50.json") and not os.path.exists(_mark):
+def _hook(event, args, _mark=os.environ["REMAT_TEST_SOLVING"], _profile=os.environ["REMAT_TEST_PROFILE"]):
+    if event == "open" and str(args[0]).endswith(_profile) and not os.path.exists(_mark):
         open(_mark, "w").close()
 sys.addaudithook(_hook)
 """
@@ -50,17 +50,20 @@ def _background() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _solving(tmp_path: Path, time_limit: float, preexec_fn) -> tuple[subprocess.Popen, float]:
-    """A ``remat solve`` child and the monotonic time at which it started solving."""
+def _solving(
+    tmp_path: Path, time_limit: float, preexec_fn, command: list[str] = SOLVE
+) -> tuple[subprocess.Popen, float]:
+    """A ``remat`` child solving ``command`` and the monotonic time at which it started solving."""
     (tmp_path / "sitecustomize.py").write_text(_MARK)
     mark = tmp_path / "solving"
     env = {
         **os.environ,
         "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}",
         "REMAT_TEST_SOLVING": str(mark),
+        "REMAT_TEST_PROFILE": Path(command[1]).name,
         "TQDM_DISABLE": "1",
     }
-    argv = [sys.executable, "-m", "remat", *SOLVE, "--time-limit", f"{time_limit:g}"]
+    argv = [sys.executable, "-m", "remat", *command, "--time-limit", f"{time_limit:g}"]
     child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=preexec_fn)
     give_up = time.monotonic() + START_WITHIN
     while not mark.exists() and child.poll() is None and time.monotonic() < give_up:
@@ -85,6 +88,32 @@ def _ended(child: subprocess.Popen, within: float, what: str) -> tuple[int, str]
     return child.returncode, err.decode()
 
 
+def _left_behind(tmp_path: Path) -> list[int]:
+    """The processes still running, ``ENDS_WITHIN`` seconds at most after the child ended, that it
+    started (its solver processes, HiGHS's children): found by the marker in their environment."""
+    needle = f"REMAT_TEST_SOLVING={tmp_path / 'solving'}".encode()
+    give_up = time.monotonic() + ENDS_WITHIN
+    while True:
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                if entry.name.isdigit() and needle in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+            except OSError:  # ended meanwhile, or not ours to read
+                continue
+        if not found or time.monotonic() > give_up:
+            return found
+        time.sleep(0.05)
+
+
+def _kill(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "moment"), [("SIGINT", 0.5), ("SIGTERM", 2.0), ("SIGINT", 4.0)], ids=["int-0.5s", "term-2s", "int-4s"]
@@ -101,9 +130,12 @@ def test_a_foreground_solve_ends_at_once_on_a_signal(tmp_path, name, moment):
         status, err = _ended(child, ENDS_WITHIN, name)
         expected = {"SIGINT": (130, "remat: interrupted"), "SIGTERM": (143, "remat: terminated")}[name]
         assert (status, err.strip().splitlines()) == (expected[0], [expected[1]]), err
+        left = _left_behind(tmp_path)
+        assert left == [], f"processes left running: {left}"
     finally:
         child.kill()
         child.wait()
+        _kill(_left_behind(tmp_path))
 
 
 @pytest.mark.slow
@@ -199,3 +231,24 @@ def test_a_cancelled_deadline_ends_every_share_of_it():
     assert share.left() == 0.0 and deadline.left() == 0.0
     with pytest.raises(TimeUp):
         share.check("building")
+
+
+@pytest.mark.slow
+def test_a_front_of_solver_processes_ends_at_once_on_sigterm(tmp_path):
+    """``remat pareto`` on a graph with two solver processes, each with a HiGHS child: a SIGTERM
+    ends the command within 2 s, and none of its processes is left running (the pool used to wait
+    for every solve in its queue, and the solves went on after the command had ended)."""
+    command = ["pareto", str(ROOT / "examples" / "graph_unet.json"), "--strategies", "ilp", "--workers", "2"]
+    child, started = _solving(tmp_path, 30, _foreground, command)
+    try:
+        _at(started, 4.0)
+        assert child.poll() is None, "the front ended before the signal"
+        child.send_signal(signal.SIGTERM)
+        status, err = _ended(child, ENDS_WITHIN, "SIGTERM")
+        assert (status, err.strip().splitlines()) == (143, ["remat: terminated"]), err
+        left = _left_behind(tmp_path)
+        assert left == [], f"processes left running: {left}"
+    finally:
+        child.kill()
+        child.wait()
+        _kill(_left_behind(tmp_path))
