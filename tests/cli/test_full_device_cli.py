@@ -9,9 +9,11 @@ line; a test reads the parser so that a new output flag without a row here fails
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -45,14 +47,15 @@ SLOW = {"profile", "plan", "execute", ("pareto", "-o"), ("simulate", "--plot")}
 @pytest.fixture(autouse=True)
 def _dev_full_stays_a_device():
     """A regression would rename a regular file over /dev/full (as root: the device gone for every
-    program of the machine); put it back and fail."""
+    program of the machine); put it back at once and fail."""
     if not os.path.exists(FULL) or not stat.S_ISCHR(os.stat(FULL).st_mode):
         pytest.skip("no /dev/full character device here")
     yield
     if not stat.S_ISCHR(os.stat(FULL).st_mode):
-        os.unlink(FULL)
-        os.mknod(FULL, 0o666 | stat.S_IFCHR, os.makedev(1, 7))
-        os.chmod(FULL, 0o666)
+        aside = f"{FULL}.restored"
+        os.mknod(aside, 0o666 | stat.S_IFCHR, os.makedev(1, 7))
+        os.chmod(aside, 0o666)
+        os.replace(aside, FULL)
         pytest.fail("/dev/full was replaced by a regular file (restored)")
 
 
@@ -128,8 +131,27 @@ def test_a_failed_standard_output_is_one_line_and_exit_2(monkeypatch, capsys):
     ], err
 
 
-def test_dev_null_is_written_in_place(files, capsys):
-    """``-o /dev/null`` writes into the device (it used to be replaced by a regular file as root)."""
-    assert main(["solve", str(EXAMPLES / "resnet_like.json"), "-o", os.devnull]) == 0
-    assert "wrote /dev/null" in capsys.readouterr().out
-    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+def test_a_special_file_is_written_in_place(tmp_path, capsys):
+    """``-o FIFO`` (like ``-o /dev/null`` or ``-o /dev/stdout`` on a pipe) writes into the file
+    itself: it used to be replaced by a regular file renamed over it (as root, /dev/null too). A
+    FIFO of this test's own, read by a thread, stands for the shared devices."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+
+    def read() -> None:
+        with open(fifo, "rb") as stream:
+            received.append(stream.read())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert main(["solve", str(EXAMPLES / "resnet_like.json"), "-o", str(fifo)]) == 0
+    finally:
+        if reader.is_alive() and not received:  # a failed run never opened it: let the reader end
+            with open(fifo, "wb"):
+                pass
+        reader.join(10)
+    assert f"wrote {fifo}" in capsys.readouterr().out
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert json.loads(received[0])["strategy"] == "store-all"
