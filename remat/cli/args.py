@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from remat.schedules import RematError
-from remat.schedules.files import check_distinct
+from remat.schedules.files import check_distinct, is_special
 
 # The longest --time-limit accepted (seconds): a million seconds is 11.6 days. Larger values
 # (1e300, inf) are almost surely typos, and the solvers' int(milliseconds) would overflow.
@@ -101,6 +101,10 @@ def _writable_parent(text: str) -> Path:
     _check_lengths(text, path)  # before any stat: a name too long makes stat raise, not answer
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"'{text}' is a directory; give a file name")
+    if is_special(path):  # /dev/null, /dev/full, a FIFO: written in place (remat.schedules.files)
+        if not os.access(path, os.W_OK):
+            raise argparse.ArgumentTypeError(f"cannot write '{text}': the file exists and is not writable")
+        return path
     parent = path.parent
     if not parent.is_dir():
         raise argparse.ArgumentTypeError(f"cannot write '{text}': directory '{parent}' does not exist")

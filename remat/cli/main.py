@@ -9,6 +9,7 @@ as one line ``remat: error: ...`` with exit status 2; no tracebacks.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
@@ -18,6 +19,7 @@ from remat.cli import execute, pareto, plan, profile, simulate, solve, strategie
 from remat.cli.args import join_negative_values
 from remat.model_errors import model_error
 from remat.schedules import RematError
+from remat.schedules.files import describe_error as _describe
 
 EXIT_USER_ERROR = 2
 EXIT_INTERNAL_ERROR = 1
@@ -65,11 +67,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             print("remat: error: no command given (see 'remat --help')", file=sys.stderr)
             return EXIT_USER_ERROR
-        status = args.func(args)
-        sys.stdout.flush()  # a closed pipe (``| head``) shows here, where it can be handled
+        with _checked_stdout():
+            status = args.func(args)
+            sys.stdout.flush()  # a closed pipe (``| head``) or a full device shows here, where it can be handled
         return status
     except BrokenPipeError:
         return _broken_pipe()
+    except _StdoutFailed as failed:
+        _broken_pipe()  # stdout now /dev/null: Python's own flush at exit must not fail on it again
+        print(f"remat: error: cannot write the standard output ({_describe(failed.error)})", file=sys.stderr)
+        return EXIT_USER_ERROR
     except RematError as error:
         print(f"remat: error: {_one_line(str(error))}", file=sys.stderr)
         return EXIT_USER_ERROR
@@ -100,6 +107,53 @@ def _broken_pipe() -> int:
     except (OSError, ValueError, AttributeError):  # no real file behind sys.stdout (a test's StringIO)
         pass
     return EXIT_BROKEN_PIPE
+
+
+class _StdoutFailed(Exception):
+    """A write to stdout failed (``remat solve > /dev/full``: ENOSPC), with its ``OSError``."""
+
+    def __init__(self, error: OSError):
+        super().__init__(str(error))
+        self.error = error
+
+
+class _CheckedStdout:
+    """stdout, whose failed writes (other than a closed pipe's) are :class:`_StdoutFailed`: told
+    apart from every other ``OSError`` of a command, they end in one line and exit 2, never in a
+    silent 0 or an "internal error" (NOTE [A write is done only once it is checked],
+    remat/schedules/files.py)."""
+
+    def __init__(self, stream) -> None:  # noqa: ANN001 - any text stream
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._checked(self._stream.write, text)
+
+    def flush(self) -> None:
+        self._checked(self._stream.flush)
+
+    def __getattr__(self, name: str):  # noqa: ANN204 - everything else is the stream's
+        return getattr(self._stream, name)
+
+    @staticmethod
+    def _checked(call, *args):  # noqa: ANN001, ANN205
+        try:
+            return call(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as error:
+            raise _StdoutFailed(error) from None
+
+
+@contextlib.contextmanager
+def _checked_stdout():
+    """sys.stdout as :class:`_CheckedStdout` while a command runs."""
+    stream = sys.stdout
+    sys.stdout = _CheckedStdout(stream)
+    try:
+        yield
+    finally:
+        sys.stdout = stream
 
 
 def _unexpected(error: Exception, args: argparse.Namespace | None) -> int:

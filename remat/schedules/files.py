@@ -14,7 +14,14 @@ Notes that follow from the rename:
 - a target that is a symbolic link is written through the link (the link stays, the file it
   points at is replaced), so ``-o link.json`` behaves like writing in place would;
 - a target with other hard links is replaced by a new file: the other names keep the old content;
-- a replaced file keeps its permission bits; a new one gets ``0o666`` less the umask, as ``open``.
+- a replaced file keeps its permission bits; a new one gets ``0o666`` less the umask, as ``open``;
+- a target that exists and is not a regular file (``/dev/full``, ``/dev/null``, a FIFO, a terminal,
+  ``/dev/stdout`` on a pipe) is written in place, never replaced: NOTE [Special files are written
+  in place].
+
+Every write is checked to the end (NOTE [A write is done only once it is checked]): the data
+flushed, ``fsync``-ed (where the file can be), the file closed; any ``OSError`` on the way is
+one :class:`RematError` line, so that no command says "wrote" for bytes that were lost.
 
 :func:`check_distinct` refuses, before any work, an output that is an input or another output
 (the same file after resolving links, hard links included).
@@ -43,7 +50,8 @@ def _real_target(path: Path) -> Path:
     return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
-def _describe(error: OSError) -> str:
+def describe_error(error: OSError) -> str:
+    """The reason for a failed write, in words (``no space left on the device``)."""
     if error.errno == errno.ENOSPC:
         return "no space left on the device"
     if error.errno == errno.EFBIG:
@@ -53,23 +61,45 @@ def _describe(error: OSError) -> str:
     return error.strerror or str(error)
 
 
+def is_special(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` names an existing file that is not a regular file (a device such as
+    ``/dev/full`` or ``/dev/null``, a FIFO, a terminal), through symbolic links."""
+    try:
+        kind = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False
+    return not stat.S_ISREG(kind) and not stat.S_ISDIR(kind)
+
+
+# NOTE [Special files are written in place]: replacing a device or a FIFO by a renamed temporary
+# would not write to it at all: ``-o /dev/full`` used to create /dev/.full.XXXX.tmp, write it,
+# then rename it over /dev/full (as root: the device itself gone, a regular file in its place) and
+# say "wrote". Such a file has no old content to keep, so it is opened and written as it is (no
+# O_CREAT, no O_TRUNC), and its errors (ENOSPC from /dev/full at the flush) are reported like
+# any other write's.
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO]:
     """A file object (text ``"w"`` or binary ``"wb"``) whose content replaces ``path`` only once it
     is complete: flushed and ``fsync``-ed to disk, then renamed over ``path``. The folder must exist
     (remat never creates folders it was not asked for). An ``OSError`` on the way (full disk,
     file-size limit, no permission) becomes one :class:`RematError` line naming ``path``; the old
-    file is untouched and the temporary removed, for any exception, ``KeyboardInterrupt`` included."""
+    file is untouched and the temporary removed, for any exception, ``KeyboardInterrupt`` included.
+    A special file (:func:`is_special`: a device, a FIFO) is written in place, with the same
+    checks (NOTE [Special files are written in place])."""
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_file: mode must be 'w' or 'wb', got {mode!r}")
     shown = os.fspath(path)
+    if is_special(path):
+        with _in_place(path, mode) as handle:
+            yield handle
+        return
     target = _real_target(Path(path))
     temp = target.parent / f".{target.name[:_TEMP_NAME_CHARS]}.{secrets.token_hex(4)}.tmp"
     try:
         # O_EXCL: never follow or reuse someone else's file; 0o666 is filtered by the umask
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
     except OSError as error:
-        raise RematError(f"{shown}: cannot write ({_describe(error)})") from None
+        raise RematError(f"{shown}: cannot write ({describe_error(error)})") from None
     try:
         with os.fdopen(fd, mode, **({"encoding": "utf-8", "newline": ""} if mode == "w" else {})) as handle:
             yield handle
@@ -81,9 +111,38 @@ def atomic_file(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO]:
         with contextlib.suppress(OSError):
             os.unlink(temp)
         if isinstance(error, OSError):
-            raise RematError(f"{shown}: cannot write ({_describe(error)})") from None
+            raise RematError(f"{shown}: cannot write ({describe_error(error)})") from None
         raise
     _sync_folder(target.parent)
+
+
+# NOTE [A write is done only once it is checked]: a write()'s bytes may sit in Python's buffer, then
+# in the kernel's; a full device, a file-size limit or a disk error shows only at the flush, the
+# fsync or the close. So the file is flushed and fsync-ed inside the try that turns OSError into
+# one line, and closed there too (the ``with`` of ``os.fdopen``): the caller prints "wrote" only
+# after all of them succeeded.
+@contextlib.contextmanager
+def _in_place(path: str | os.PathLike[str], mode: str) -> Iterator[IO]:
+    """A special file opened for writing as it is, flushed, synced where it can be, and closed,
+    each checked: an ``OSError`` becomes one :class:`RematError` line naming ``path``."""
+    shown = os.fspath(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, mode, **({"encoding": "utf-8", "newline": ""} if mode == "w" else {})) as handle:
+            yield handle
+            handle.flush()
+            _sync_if_it_can(handle.fileno())
+    except OSError as error:
+        raise RematError(f"{shown}: cannot write ({describe_error(error)})") from None
+
+
+def _sync_if_it_can(fd: int) -> None:
+    """``fsync``, except where the file has nothing to sync (a device, a FIFO, a terminal: EINVAL)."""
+    try:
+        os.fsync(fd)
+    except OSError as error:
+        if error.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EROFS):
+            raise
 
 
 def _keep_mode(target: Path, temp: Path) -> None:
@@ -138,7 +197,7 @@ def check_distinct(inputs: Mapping[str, str | None], outputs: Mapping[str, str |
         if path is not None:
             seen.setdefault(_identity(path), label)
     for label, path in outputs.items():
-        if path is None:
+        if path is None or is_special(path):  # written in place: no content of its own to destroy
             continue
         key = _identity(path)
         if key in seen:
@@ -151,4 +210,4 @@ def check_distinct(inputs: Mapping[str, str | None], outputs: Mapping[str, str |
         seen[key] = label
 
 
-__all__ = ["atomic_file", "check_distinct", "write_bytes_atomic", "write_text_atomic"]
+__all__ = ["atomic_file", "check_distinct", "describe_error", "is_special", "write_bytes_atomic", "write_text_atomic"]

@@ -126,12 +126,17 @@ def graph_front(
                 if bar:
                     bar.update()
         else:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
+            pool = ProcessPoolExecutor(max_workers=workers)
+            try:
                 futures = {pool.submit(_solve_point, data, n, b, time_limit, cp_workers): (n, b) for n, b in tasks}
                 for future in as_completed(futures):
                     results.append(_outcome(future, *futures[future]))
                     if bar:
                         bar.update()
+            except BaseException:  # Ctrl-C, SIGTERM: the solves must not outlive the front
+                _stop(pool)
+                raise
+            pool.shutdown()
     finally:
         if bar:
             bar.close()
@@ -140,6 +145,18 @@ def graph_front(
     failed = sorted((r[3] for r in results if r[3] is not None), key=lambda f: (order[f.strategy], f.budget))
     notes = sorted(((r[0], r[1], r[4]) for r in results if r[4]), key=lambda n: (order[n[0]], n[1]))
     return GraphFront(tuple(points), tuple(failed), tuple(notes))
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """End the pool now (NOTE [No solver takes a signal], remat/solver/deadline.py): the solves not
+    started are cancelled and the running ones' processes terminated, instead of ``shutdown``'s
+    wait for every solve in the queue (their HiGHS children stop when they see their parent gone)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(1.0)
 
 
 def _outcome(future, name: str, budget: int):

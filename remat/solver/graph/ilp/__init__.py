@@ -160,7 +160,7 @@ def solve(
     # Moccasin's small model searches from the warm start on the cores left free while this
     # thread builds Checkmate's model and HiGHS's branch and cut runs on it in a child process
     # (one core; its own share): the best proven bound, and on small graphs the proven optimum.
-    with _beside(lambda: run.intervals(warm, background_workers(workers)), run.stop_intervals):
+    with _beside(lambda: run.intervals(warm, background_workers(workers)), run.stop_intervals, deadline.cancel):
         run.build()
         # a short CP-SAT try first: it proves small models optimal in far less than HiGHS's start-up
         run.search(warm, workers, "cp_sat_quick", deadline.share(QUICK_SHARE, at_most=QUICK_SECONDS))
@@ -357,9 +357,11 @@ class _Run:
 
 
 @contextmanager
-def _beside(work: Callable[[], None], stop: Callable[[], None]):
+def _beside(work: Callable[[], None], stop: Callable[[], None], cancel: Callable[[], None]):
     """Run ``work`` in a thread (CP-SAT releases the GIL) while the body runs; call ``stop`` until
-    it ends once the body is done, and re-raise what it raised."""
+    it ends once the body is done, and re-raise what it raised. A body ended by an exception
+    (Ctrl-C, SIGTERM: NOTE [No solver takes a signal]) first calls ``cancel`` (the solve's deadline),
+    so that ``work`` stops building its model too."""
     failed: list[BaseException] = []
 
     def target() -> None:
@@ -372,6 +374,9 @@ def _beside(work: Callable[[], None], stop: Callable[[], None]):
     thread.start()
     try:
         yield
+    except BaseException:
+        cancel()
+        raise
     finally:
         while thread.is_alive():  # a stop asked before the search began would be lost: ask again
             stop()

@@ -44,7 +44,7 @@ from functools import reduce
 from typing import Any
 
 from remat.schedules import GraphProfile
-from remat.solver.deadline import Deadline, TimeUp
+from remat.solver.deadline import Deadline, TimeUp, interruptible
 from remat.solver.graph.stages import StagePlan, free_points
 
 # Integer objective for CP-SAT: node times are scaled to integers with this many steps for the
@@ -59,6 +59,16 @@ LP_TIME_SHARE = 0.85
 # them out (~26k of the ResNet-50 graph's 158k rows; its second round of root cuts came ~10%
 # sooner). See remat/solver/graph/ilp/highs_child.py.
 FORCED_FREE = "forced free"
+
+
+def cp_sat_solver(cp: Any, seconds: float, workers: int) -> Any:
+    """A CP-SAT solver (``cp``: the ``cp_model`` module) for ``seconds`` with ``workers`` search
+    threads that never takes a signal over (NOTE [No solver takes a signal], remat/solver/deadline.py)."""
+    solver = cp.CpSolver()
+    solver.parameters.max_time_in_seconds = float(seconds)
+    solver.parameters.num_workers = max(1, int(workers))
+    solver.parameters.catch_sigint_signal = False
+    return solver
 
 
 class CheckmateModel:
@@ -132,6 +142,8 @@ class CheckmateModel:
         if self.m is None:
             raise RuntimeError(f"OR-Tools has no {name} solver")
         self.m.SuppressOutput()
+        if name == "SCIP":  # NOTE [No solver takes a signal] (remat/solver/deadline.py)
+            self.m.SetSolverSpecificParametersAsString("misc/catchctrlc = FALSE")
         if relax:
             # Keeps HiGHS from printing its banner on stdout at each solve.
             self.m.SetSolverSpecificParametersAsString("output_flag=false")
@@ -290,11 +302,9 @@ class CheckmateModel:
             raise TimeUp("the LP solve" if self.relax else f"the {self.backend} search")
         start = time.perf_counter()
         if self.backend == "cp-sat":
-            solver = self.cp.CpSolver()
-            solver.parameters.max_time_in_seconds = float(time_limit)
-            solver.parameters.num_workers = max(1, int(workers))
+            solver = cp_sat_solver(self.cp, time_limit, workers)
             self._solver = solver  # before the search, so that another thread can stop it
-            code = solver.Solve(self.m)
+            code = interruptible(lambda: solver.Solve(self.m), solver.StopSearch)
             seconds = time.perf_counter() - start
             status = {
                 self.cp.OPTIMAL: "optimal",
@@ -313,7 +323,7 @@ class CheckmateModel:
         self.m.SetTimeLimit(max(1, int(LP_TIME_SHARE * time_limit * 1000)))  # milliseconds; 0 = no limit
         if workers > 1 and not self.relax:
             self.m.SetNumThreads(int(workers))
-        code = self.m.Solve()
+        code = interruptible(self.m.Solve, self.m.InterruptSolve)
         seconds = time.perf_counter() - start
         status = {
             pywraplp.Solver.OPTIMAL: "optimal",

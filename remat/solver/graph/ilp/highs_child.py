@@ -15,6 +15,7 @@ protobuf and loads none of OR-Tools' native code).
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
@@ -119,20 +120,25 @@ def solve(model: dict, end: float, progress=lambda answer: None) -> dict:
     start.value_valid = True
     highs.setSolution(start)
     best = [-np.inf]
+    parent = os.getppid()
+
+    def stop_now() -> bool:  # the end, or the parent gone (killed: nobody will read the answer)
+        return time.time() >= end or os.getppid() != parent
 
     # HiGHS checks its own time limit only now and then (on the GPT-2 graph one round of cut
     # separation took 28 s, and it ended 6 s late): the interrupt callbacks, called far more
-    # often, stop it at ``end``, and hand on each better bound, so a killed child still has one.
+    # often, stop it at ``end`` (or once its parent is gone), and hand on each better bound, so a
+    # killed child still has one.
     def on_mip(event) -> None:
         bound = event.data_out.mip_dual_bound
         if np.isfinite(bound) and bound > best[0]:
             best[0] = bound
             progress({"status": "running", "bound": model["factor"] * bound, "x": np.zeros(0, np.int64)})
-        if time.time() >= end:
+        if stop_now():
             event.interrupt()
 
     def on_lp(event) -> None:
-        if time.time() >= end:
+        if stop_now():
             event.interrupt()
 
     highs.cbMipInterrupt += on_mip
@@ -178,6 +184,9 @@ def _stale_solution(highs, model: dict) -> bool:  # noqa: ANN001 - a highspy.Hig
 
 
 def main(argv: list[str]) -> int:
+    # A terminal's Ctrl-C reaches the whole process group, this child included: the parent owns
+    # it and kills this process (NOTE [No solver takes a signal], remat/solver/deadline.py).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     model_path, result_path, end = argv[1], argv[2], float(argv[3])
     model = read_model(model_path)
 

@@ -103,9 +103,12 @@ def branch_and_cut(
         wait = kill_at.left() if kill_at is not None else deadline.left() + GRACE_SECONDS
         command = [sys.executable, str(CHILD), str(model_path), str(result_path), repr(end)]
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        # a bound above 0 recomputation steps (store-all's time) says something; before its root
-        # LP, HiGHS's bound is 0
-        errors, stopped = _wait(child, lambda: result_path.exists() and _read(result_path)[1] > 0, wait, give_up_after)
+        try:
+            errors, stopped = _wait(child, lambda: _has_bound(result_path), wait, give_up_after)
+        except BaseException:  # Ctrl-C, SIGTERM: the child must not outlive the solve
+            child.kill()
+            child.communicate()
+            raise
         if stopped is not None:
             lower = _bound_ms(model, _read(result_path)[1]) if result_path.exists() else None
             return BranchAndCut(stopped[0], lower, None, time.perf_counter() - began, stopped[1])
@@ -147,6 +150,12 @@ def _wait(
         child.kill()
         child.communicate()
         return b"", ("killed", "it ran past its time")
+
+
+def _has_bound(path: Path) -> bool:
+    """Whether the child has written a bound above 0 recomputation steps (store-all's time): before
+    its root LP, HiGHS's bound is 0, which says nothing."""
+    return path.exists() and _read(path)[1] > 0
 
 
 def _read(path: Path) -> tuple[str, float, np.ndarray]:

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from functools import reduce
 
 from remat.schedules import GraphProfile, Op
-from remat.solver.deadline import Deadline, TimeUp, as_deadline
-from remat.solver.graph.ilp.checkmate_model import TIME_STEPS
+from remat.solver.deadline import Deadline, TimeUp, as_deadline, interruptible
+from remat.solver.graph.ilp.checkmate_model import TIME_STEPS, cp_sat_solver
 
 DEFAULT_COPIES = 2
 
@@ -148,12 +148,10 @@ class _Intervals:
         left = deadline.left()
         if left <= 0:
             raise TimeUp("the moccasin search")
-        solver = self.cp.CpSolver()
-        solver.parameters.max_time_in_seconds = float(left)
-        solver.parameters.num_workers = max(1, int(workers))
+        solver = cp_sat_solver(self.cp, left, workers)
         self._solver = solver  # before the search, so that another thread can stop it
         start = time.perf_counter()
-        code = solver.Solve(self.m)
+        code = interruptible(lambda: solver.Solve(self.m), solver.StopSearch)
         seconds = time.perf_counter() - start
         names = {self.cp.OPTIMAL: "optimal", self.cp.FEASIBLE: "feasible", self.cp.INFEASIBLE: "infeasible"}
         status = names.get(code, "unknown")
