@@ -21,7 +21,7 @@ import tempfile
 import threading
 import weakref
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -68,10 +68,9 @@ class _Copy:
     host: torch.Tensor | None
     directory: Any = None  # the TemporaryDirectory of ``path``: removed after its last file
     restored: weakref.ref | None = None  # the storage the last unpack rebuilt, while it lives
-    lock: threading.Lock = None  # type: ignore[assignment]
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)  # backward threads unpack too
 
     def __post_init__(self) -> None:
-        self.lock = threading.Lock()
         if self.path is not None:
             weakref.finalize(self, _remove, self.path)
 
