@@ -4,6 +4,11 @@ One training step of each, from the same state and RNG: the outputs, every param
 and every buffer (BatchNorm running statistics) after the step must be ``torch.equal`` (bit for
 bit on CPU fp32). A cut that differs is refused with one line naming the first stage whose value
 differs. The models are left as they were (buffers, gradients and RNG restored).
+
+Every whole step of the proof runs with autograd's saved tensors off the device
+(:func:`remat.measure.offload.saved_off_device`, NOTE [Saved tensors off the device, bit for bit]):
+the same function at full size, bit for bit, peaking at the forward's live values plus the
+backward's transient rather than at every activation held at once (NOTE [The proof's memory]).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from torch.utils.hooks import RemovableHandle
 
+from remat.measure.offload import existing_storages, saved_off_device
 from remat.model_errors import first_line, where_in_model
 from remat.schedules import RematError
 from remat.trace.boundary import Boundary, can_have_grad, detached, each, is_boundary, tensors
@@ -28,6 +34,23 @@ from remat.trace.fuse import fuse_unsaved_handoffs
 from remat.trace.repeatable import changes, describe_op, shared_change
 from remat.trace.stage_errors import running_stage
 from remat.trace.stages import CutChain
+
+# NOTE [The proof's memory]
+# The proof exists for the user whose step does not fit, so it must not need the memory remat is
+# asked to save: a plain step (and the chain's) holds every activation until its backward. Each
+# whole step the proof runs (the plain step, the chain step, and the steps that locate a
+# difference) runs inside ``saved_off_device``: the tensors autograd saves go to a file (CPU) or
+# host memory (CUDA) as they are saved and come back, byte for byte at the same layout, when the
+# backward reads them. The kernels see the same bytes at the same strides, offsets and alignment,
+# so the outputs and gradients compared are the ones the steps compute without it: the proof still
+# proves what it claims. What stays on the device is what existed before the step (parameters,
+# buffers, the inputs), the values the forward has live at once, and the backward's transient.
+# The stage-by-stage checks (``check_forward_kinds``) hold one stage's graph at a time.
+
+
+def _off_device(*existing: Any) -> Any:
+    """:func:`saved_off_device`, leaving alone the storages of ``existing`` (modules, inputs)."""
+    return saved_off_device(existing_storages(*existing))
 
 
 class _Saved:
@@ -178,9 +201,11 @@ def _locate_cut(step: TrainingStep, chain: CutChain, saved: _Saved, args: tuple,
         if value is None or not _same_boundary(kept if len(kept) > 1 else kept[0], value):
             return f"stage '{name}'"
     saved.reset()
-    traced_step = one_step(step, lambda: torch.utils._pytree.tree_leaves(plan_.gm(*values))[0])
+    with _off_device(step, args, kwargs, target):
+        traced_step = one_step(step, lambda: torch.utils._pytree.tree_leaves(plan_.gm(*values))[0])
     saved.reset()
-    eager_step = one_step(step, lambda: step(args, kwargs, target))
+    with _off_device(step, args, kwargs, target):
+        eager_step = one_step(step, lambda: step(args, kwargs, target))
     if _first_difference(step, eager_step, traced_step) is not None:
         return (
             "the traced program itself: TorchDynamo's graph takes another code path than the eager model, with"
@@ -249,10 +274,12 @@ def _locate_backward(
     handoffs = [tuple(n.name for n in handoff) for handoff in chain.plan.handoffs]
     traced_grads: dict[str, torch.Tensor] = {}
     recorder = _GradRecorder(gm, {name for names in handoffs for name in names}, traced_grads)
-    traced = one_step(step, lambda: torch.utils._pytree.tree_leaves(recorder.run(*values))[0])
+    with _off_device(step, args, kwargs, target):
+        traced = one_step(step, lambda: torch.utils._pytree.tree_leaves(recorder.run(*values))[0])
     saved.reset()
     chain_grads: dict[tuple[int, int], torch.Tensor] = {}
-    cut = one_step(step, _chain_grads(chain, lambda: chain.run(*args, target=target, **kwargs), chain_grads))
+    with _off_device(step, args, kwargs, target):
+        cut = one_step(step, _chain_grads(chain, lambda: chain.run(*args, target=target, **kwargs), chain_grads))
     for k in range(len(handoffs) - 2, -1, -1):
         if not all(_same(traced_grads.get(n), chain_grads.get((k, j))) for j, n in enumerate(handoffs[k])):
             return chain.names[k + 1]
@@ -276,11 +303,14 @@ room cannot import the runtime's policies, so the caller that offers options han
 
 def prove_cut(
     step: TrainingStep, chain: CutChain, args: tuple, kwargs: dict, target: Any = None,
-    options: StageOptions | None = None,
+    options: StageOptions | None = None, chain_step: Callable[[], torch.Tensor] | None = None,
 ) -> None:  # fmt: skip
     """Refuse (one-line :class:`RematError`) unless ``chain`` trains exactly like ``step`` and every
     stage runs as the replay runs it, any number of times (:func:`check_forward_kinds`, with the
-    recording ``options`` the chain will offer)."""
+    recording ``options`` the chain will offer). ``chain_step``: the chain's half of the proof,
+    the caller's replay of the schedule that will train (returning the step's output, its backward
+    run by the proof); default: ``chain.run`` on the example. Both whole steps run with saved
+    tensors off the device (NOTE [The proof's memory])."""
     shared = shared_change(chain.plan)
     if shared is not None:
         k, side, op, j = shared
@@ -293,16 +323,25 @@ def prove_cut(
         saved.reset()
         check_forward_kinds(chain, args, kwargs, target, options)
         saved.reset()
-        ref = one_step(step, lambda: step(args, kwargs, target))
+        with _off_device(step, args, kwargs, target):
+            ref = one_step(step, lambda: step(args, kwargs, target))
+        plain = lambda: chain.run(*args, target=target, **kwargs)  # noqa: E731
         saved.reset()
         try:
-            got = one_step(step, lambda: chain.run(*args, target=target, **kwargs))
+            with _off_device(step, args, kwargs, target):
+                got = one_step(step, plain if chain_step is None else chain_step)
         except RematError:
             raise
         except Exception as error:  # noqa: BLE001 - the user's model failed inside a stage: one line
             raise _stage_failure(step, error) from None
         what = _first_difference(step, ref, got)
         if what is not None:
+            if chain_step is not None and _plain_chain_equal(step, ref, plain, saved, (args, kwargs, target)):
+                raise RematError(
+                    f"model: the schedule's replay of the cut {type(step.model).__name__} computes a different"
+                    f" {what} than the cut run plainly, which is equal to the model; refused (a model is only"
+                    " run in a form proven equal to the user's)"
+                )
             where = _locate_cut(step, chain, saved, args, kwargs, target)
             raise RematError(
                 f"model: the cut {type(step.model).__name__} computes a different {what}; first difference at "
@@ -310,6 +349,14 @@ def prove_cut(
             )
     finally:
         saved.restore()
+
+
+def _plain_chain_equal(step: TrainingStep, ref: StepResult, plain: Callable, saved: _Saved, call: tuple) -> bool:
+    """Whether the chain run plainly (not the caller's ``chain_step``) trains exactly like ``ref``."""
+    saved.reset()
+    with _off_device(step, *call):
+        got = one_step(step, plain)
+    return _first_difference(step, ref, got) is None
 
 
 def _stage_failure(step: TrainingStep, error: BaseException) -> RematError:
@@ -459,6 +506,7 @@ def _check_stage(name: str, stage: nn.Module, x: Boundary, sides: dict, options:
         if reference is not None and not all(_same(a, b) for a, b in zip(reference, grads, strict=True)):
             raise _refuse(name, f"gives other gradients in {kind} than in its recording forward (F_all)")
         reference = grads if reference is None else reference
+        del out, grads  # the next kind runs without this one's values (NOTE [The proof's memory])
     rerun()
     return first
 
@@ -484,12 +532,15 @@ def check_forward_kinds(
 
 def cut_model(
     model: nn.Module, args: tuple, kwargs: dict, loss: Callable[..., torch.Tensor] | None = None, target: Any = None,
-    options: StageOptions | None = None, dynamic: frozenset[tuple[int, int]] = frozenset(),
+    options: StageOptions | None = None, dynamic: frozenset[tuple[int, int]] = frozenset(), prove: bool = True,
 ) -> CutChain:  # fmt: skip
     """Trace, cut and prove ``model``'s training step on the example ``(args, kwargs)``; ``options``:
     the recording options the chain will offer, proven too (:func:`check_forward_kinds`);
     ``dynamic``: input dimensions to keep general where the model lets it
-    (NOTE [Dimensions a trace is general in]; the cut is proven on this example's sizes only)."""
+    (NOTE [Dimensions a trace is general in]; the cut is proven on this example's sizes only).
+    ``prove=False``: the traced, cut and fused chain, not yet proven: the caller must run
+    :func:`prove_cut` on it (``TrainingStep(model, loss)``, the same example) before anything
+    trains with it."""
     step = TrainingStep(model, loss)
     saved = _Saved(step)
     try:
@@ -500,7 +551,8 @@ def cut_model(
         chain = fuse_unsaved_handoffs(chain, args, kwargs, target)
     finally:
         saved.restore()
-    prove_cut(step, chain, args, kwargs, target, options)
+    if prove:
+        prove_cut(step, chain, args, kwargs, target, options)
     return chain
 
 
@@ -559,21 +611,27 @@ def _locate_chain(holder: nn.Module, model: nn.Module, chain: Chain, x: torch.Te
     return f"stage '{chain.names[-1]}'"
 
 
-def prove_chain(model: nn.Module, chain: Chain, x: torch.Tensor) -> None:
+def prove_chain(
+    model: nn.Module, chain: Chain, x: torch.Tensor, chain_step: Callable[[], torch.Tensor] | None = None
+) -> None:
     """Refuse unless a chain made of ``model``'s own modules (``as_chain``'s name-based cuts, a
     ``remat_stages()`` list) trains exactly like ``model(x)``. The first stage that differs is
     found by comparing each stage's last leaf-module call with the same call (same module, same
-    call number) in the model's own forward."""
-    if chain is model:
+    call number) in the model's own forward. ``chain_step``: the chain's half, as for
+    :func:`prove_cut` (default ``chain(x)``); both whole steps run with saved tensors off the
+    device (NOTE [The proof's memory])."""
+    if chain is model and chain_step is None:
         return
     holder = nn.ModuleList([model, chain])
     saved = _Saved(holder)
     try:
         saved.reset()
-        ref = one_step(holder, lambda: model(x))
+        with _off_device(holder, x):
+            ref = one_step(holder, lambda: model(x))
         saved.reset()
         try:
-            got = one_step(holder, lambda: chain(x))
+            with _off_device(holder, x):
+                got = one_step(holder, (lambda: chain(x)) if chain_step is None else chain_step)
         except RematError:
             raise
         except Exception as error:  # noqa: BLE001 - the user's model failed inside a stage: one line

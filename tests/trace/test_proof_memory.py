@@ -1,0 +1,95 @@
+"""The proof runs the user's whole step at full size without holding every activation
+(NOTE [The proof's memory]), and proves a caller's replay of the chain (``chain_step``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import remat.trace.proof as proof
+from remat.measure.allocator import AllocatorMeter
+from remat.schedules import RematError
+from remat.trace.capture import TrainingStep
+from remat.trace.chain import as_chain
+from remat.trace.proof import cut_model, one_step, prove_chain, prove_cut
+
+
+def _deep(depth: int = 32, width: int = 16) -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(*[m for _ in range(depth) for m in (nn.Linear(width, width), nn.Tanh())])
+
+
+def _plain_peak(module: nn.Module, run) -> int:
+    with AllocatorMeter("cpu") as meter:
+        one_step(module, run)
+    module.zero_grad(set_to_none=True)
+    return meter.peak_bytes
+
+
+def test_prove_chain_peaks_far_below_the_plain_step():
+    model = _deep()
+    x = torch.randn(256, 16)
+    chain = as_chain(model)
+    plain = _plain_peak(model, lambda: model(x))
+    with AllocatorMeter("cpu") as meter:
+        prove_chain(model, chain, x)
+    assert meter.peak_bytes < plain / 3
+    assert all(p.grad is None for p in model.parameters())  # the model is left as it was
+
+
+@pytest.mark.slow
+def test_prove_cut_peaks_far_below_the_plain_step():
+    model = _deep()
+    x = torch.randn(1024, 16)
+    chain = cut_model(model, (x,), {}, prove=False)
+    step = TrainingStep(model, None)
+    plain = _plain_peak(step, lambda: step((x,), {}, None))
+    with AllocatorMeter("cpu") as meter:
+        prove_cut(step, chain, (x,), {})
+    assert meter.peak_bytes < plain / 3
+
+
+def test_prove_chain_runs_the_callers_chain_step_and_refuses_one_that_differs():
+    model = _deep(depth=3)
+    x = torch.randn(8, 16)
+    chain = as_chain(model)
+    calls: list[int] = []
+
+    def replay() -> torch.Tensor:
+        calls.append(1)
+        return chain(x)
+
+    prove_chain(model, chain, x, chain_step=replay)
+    assert calls == [1]
+    with pytest.raises(RematError, match="computes a different output"):
+        prove_chain(model, chain, x, chain_step=lambda: chain(x) * 1.0001)
+
+
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.b(torch.tanh(self.a(x))).sum()
+
+
+@pytest.mark.slow
+def test_cut_model_without_proof_then_prove_cut_with_the_callers_replay(monkeypatch):
+    model = _Block()
+    x = torch.randn(4, 8)
+    with monkeypatch.context() as patch:
+        patch.setattr(proof, "prove_cut", lambda *a, **k: pytest.fail("prove=False must not prove"))
+        chain = cut_model(model, (x,), {}, prove=False)
+    step = TrainingStep(model, None)
+    calls: list[int] = []
+
+    def replay() -> torch.Tensor:
+        calls.append(1)
+        return chain.run(x)
+
+    prove_cut(step, chain, (x,), {}, chain_step=replay)
+    assert calls == [1]
+    with pytest.raises(RematError, match="schedule's replay of the cut _Block computes a different output"):
+        prove_cut(step, chain, (x,), {}, chain_step=lambda: chain.run(x) * 1.0001)
