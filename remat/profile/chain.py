@@ -5,10 +5,11 @@ Per stage i, on its input a_i (the previous stage's output for the example input
 * ``forward_ms``: the fastest of ``repeats`` forwards (after ``warmup``), the mean of the recording
   and the non-recording forward; ``backward_ms``: the fastest of ``repeats`` backwards. CUDA events
   on GPU, ``time.perf_counter`` on CPU. Milliseconds. The minimum, because load from other
-  processes only adds time. Stages are timed in sequence, inside whole-chain passes (a store-all
-  step, stage by stage, and a no-grad forward), not each in a loop of its own: a stage timed alone
-  on the same data finds warm caches that a real step does not (on CPU that made the sum of stage
-  times ~30% lower than a plain step). The thread count is recorded in the metadata (``threads``).
+  processes only adds time. Stages are timed in sequence, inside whole-chain passes (a no-grad
+  forward; then, stage by stage, each recording forward followed at once by its backward), not
+  each in a loop of its own: a stage timed alone on the same data finds warm caches that a real
+  step does not (on CPU that made the sum of stage times ~30% lower than a plain step). The
+  thread count is recorded in the metadata (``threads``).
 * ``output_size``: bytes of a_{i+1}'s storage.
 * ``saved_size``: bytes newly held after the recording forward: the distinct storages autograd
   saves for the stage's backward (``torch.autograd.graph.saved_tensors_hooks`` sees each one) plus
@@ -25,6 +26,12 @@ Per stage i, on its input a_i (the previous stage's output for the example input
 
 The model is left as it was: buffers (BatchNorm running statistics), parameter gradients and the
 RNG state are restored.
+
+**One stage's step at a time.** Warm-up, metering, timing and the recording options each hold at
+most one stage's recording forward and its backward (with the stage's input, and the chain's
+input), never every stage's graph: profiling a model whose plain step does not fit needs what the
+least-memory schedule's ``B i`` needs, not the store-all step (NOTE [One stage's graph at a
+time]; parameter gradients aside, pre-allocated as the replay has them).
 
 **Meta device** (a model and input on ``device="meta"``): autograd runs on meta tensors (shapes,
 no data, no compute), so every tensor size above is measured exactly, by
@@ -55,7 +62,6 @@ from remat.trace.boundary import (
     Boundary,
     boundary_bytes,
     detached,
-    each,
     is_boundary,
     ones_like,
     storage_keys,
@@ -95,35 +101,33 @@ def profile_stage(
 
     def forward_nograd():
         with torch.no_grad():
-            return stage(x)
+            return _stage_output(name, stage(x))
 
     def forward_record():
         with torch.enable_grad():
             leaf = grad_leaf(x, input_grad)
-            return leaf, stage(leaf)
+            return leaf, _stage_output(name, stage(leaf))
 
     backward_setup = recorded(forward_record)
     for _ in range(max(0, warmup)):
-        forward_nograd()
         run_backward(backward_setup())
+        forward_nograd()
 
-    # memory: non-recording forward, as the allocator sees it (kernel-internal buffers included)
+    # memory: the recording forward and its backward first, then the non-recording forward, so
+    # that its output (a_{i+1}, the next stage's input) is never held beside the stage's graph:
+    # profiling holds one stage's step at a time, what the least-memory schedule's B i holds
+    saved_size, forward_overhead, backward_overhead = record_and_backward_memory(
+        forward_record, pre_existing, activation_bytes, device, last=last
+    )
+    # the non-recording forward, as the allocator sees it (kernel-internal buffers included)
     with AllocatorMeter(device) as meter:
         out = forward_nograd()
-    if not is_boundary(out):
-        raise RematError(
-            f"stage '{name}': returns a {type(out).__name__}; a chain stage must return a tensor or a tuple of tensors"
-        )
     if _aliased(stage, x, out):
         raise RematError(f"stage '{name}': its output is a view of its input or a parameter; merge it with a neighbour")
     output_size = boundary_bytes(out, device)
     inputs = set(storage_keys(x))
     handed_on = boundary_bytes(out, device, only=lambda t: storage_key(t) in inputs)  # a_i's, unchanged
     nograd_overhead = max(0, meter.peak_bytes - output_size)
-
-    saved_size, forward_overhead, backward_overhead = record_and_backward_memory(
-        forward_record, pre_existing, activation_bytes, device, last=last
-    )
 
     forward_ms = backward_ms = 0.0  # timed by time_chain, in sequence
     if timed:
@@ -146,6 +150,15 @@ def profile_stage(
     return record, detached(out), nograd_overhead
 
 
+def _stage_output(name: str, out: object) -> Boundary:
+    """``out``, a stage's output, refused in one line unless it is a boundary."""
+    if not is_boundary(out):
+        raise RematError(
+            f"stage '{name}': returns a {type(out).__name__}; a chain stage must return a tensor or a tuple of tensors"
+        )
+    return out
+
+
 def _aliased(stage: nn.Module, x: Boundary, out: Boundary) -> bool:
     """Whether ``out`` shares storage with a parameter or buffer of ``stage``, or with its input;
     of a tuple boundary, a tensor handed on unchanged from the input is no alias (it is what
@@ -159,56 +172,73 @@ def _aliased(stage: nn.Module, x: Boundary, out: Boundary) -> bool:
 def time_chain(chain: Chain, x: torch.Tensor, repeats: int) -> tuple[list[float], list[float]]:
     """Per-stage (forward_ms, backward_ms): minimum over ``repeats`` whole-chain passes (see :func:`time_ms`).
 
-    Each pass runs a no-grad forward through all stages, then a recording forward through all
-    stages and the backwards n-1 .. 0 (a store-all step), timing every stage where it runs.
-    forward_ms is the mean of the no-grad and recording minima.
+    Each pass runs a no-grad forward through all stages, then, stage by stage, a recording forward
+    from a leaf of the stage's input and at once its backward with an output gradient of ones
+    (NOTE [One stage's graph at a time]), timing every stage where it runs. forward_ms is
+    the mean of the no-grad and recording minima.
     """
     device = x.device
     n = len(chain)
     nograd: list[list[float]] = [[] for _ in range(n)]
     record: list[list[float]] = [[] for _ in range(n)]
     backward: list[list[float]] = [[] for _ in range(n)]
-    timer = StageTimer(device)
+    forward_timer, backward_timer = StageTimer(device), StageTimer(device)
     for _ in range(max(1, repeats)):
         inp = detached(x)
         with torch.no_grad():
             for i, stage in enumerate(chain.stages):
-                begin = timer.start()
+                begin = forward_timer.start()
                 inp = stage(inp)
-                timer.stop(i, begin)
-        timer.collect(nograd)
+                forward_timer.stop(i, begin)
+        forward_timer.collect(nograd)
         inp = detached(x)
-        held = []
         for i, stage in enumerate(chain.stages):
-            leaf = grad_leaf(inp)
-            begin = timer.start()
-            with torch.enable_grad():
-                out = stage(leaf)
-            timer.stop(i, begin)
-            held.append((leaf, out))
-            inp = detached(out)
-        timer.collect(record)
-        grad = ones_like(held[-1][1])
-        for i in reversed(range(n)):
-            leaf, out = held.pop()
-            begin = timer.start()
-            if grad is not None:
-                boundary.backward(out, grad)
-            timer.stop(i, begin)
-            grad = each(lambda t: t.grad if t.requires_grad else None, leaf)
-            del leaf, out
-        timer.collect(backward)
+            inp = _timed_stage_step(stage, inp, i, forward_timer, backward_timer)
+        forward_timer.collect(record)
+        backward_timer.collect(backward)
     forward_ms = [0.5 * (min(a) + min(b)) for a, b in zip(nograd, record, strict=True)]
     return forward_ms, [float(min(b)) for b in backward]
 
 
+def _timed_stage_step(
+    stage: nn.Module, inp: Boundary, index: int, forward_timer: StageTimer, backward_timer: StageTimer
+) -> Boundary:
+    """Stage ``index``'s recording forward from a leaf of ``inp`` and its backward with an output
+    gradient of ones, each timed; return its output with no graph (the next stage's input).
+
+    NOTE [One stage's graph at a time]: a whole-chain store-all pass (every recording
+    forward, then the backwards n-1 .. 0) holds every stage's graph at once: the store-all step's
+    memory, which a model that needs remat does not have. Here one stage's graph lives from its
+    recording forward to its backward, right after it, as in a checkpointing schedule's ``F_all i;
+    B i``; the pass still runs the stages in sequence (caches as a step leaves them, not one stage
+    in a loop of its own). The output gradient is ones, as in :func:`profile_stage`'s timing, not
+    the next stage's gradient (which would need the later stages' graphs first): dense kernels
+    take the same time on any values of the same shape and dtype."""
+    leaf = grad_leaf(inp)
+    begin = forward_timer.start()
+    with torch.enable_grad():
+        out = stage(leaf)
+    forward_timer.stop(index, begin)
+    grad = ones_like(out)
+    begin = backward_timer.start()
+    boundary.backward(out, grad)
+    backward_timer.stop(index, begin)
+    return detached(out)
+
+
 def _warm_up(chain: Chain, x: torch.Tensor, rounds: int) -> None:
-    """Whole-model training steps before anything is measured: thread pools, allocator, kernel caches."""
+    """Training steps stage by stage before anything is measured (thread pools, allocator, kernel
+    caches): each stage's recording forward and at once its backward (output gradient of ones),
+    its output, graph dropped, the next stage's input. One stage's graph at a time (NOTE [One
+    stage's graph at a time]), never the store-all step's; as much compute as a plain step."""
     for _ in range(rounds):
-        out = chain(x)
-        if out.requires_grad:
-            out.backward(torch.ones_like(out))
-        del out
+        inp = detached(x)
+        for stage, name in zip(chain.stages, chain.names, strict=True):
+            with torch.enable_grad():
+                out = _stage_output(name, stage(grad_leaf(inp)))
+            boundary.backward(out, ones_like(out))
+            inp = detached(out)
+            del out
 
 
 def _measure_stages(
@@ -263,7 +293,9 @@ def _timing(device: torch.device, estimated: bool, timing_note: str | None) -> s
         return timing_note or "estimated by a stage_times callable"
     if device.type == "meta":
         return "none (meta device: nothing is computed; all times 0)"
-    return ("cuda events" if device.type == "cuda" else "perf_counter") + ", minimum, stages timed in sequence"
+    return (
+        "cuda events" if device.type == "cuda" else "perf_counter"
+    ) + ", minimum, stages timed in sequence, one stage's step at a time"
 
 
 def _device_name(device: torch.device) -> str:

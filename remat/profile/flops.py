@@ -10,8 +10,8 @@ measures its sizes exactly there and takes its times from a :class:`FlopTimeEsti
   and additions count 0 there and ride along in the rate).
 * :func:`measure_rates`: per *kind* of stage (stages of one kind have the same shapes and cost),
   FLOP/ms of the forward and of the backward, from a small model containing every kind, timed
-  with :func:`remat.profile.chain.time_chain` (stages timed in sequence inside store-all
-  steps, the profiler's own method) at a small batch.
+  with :func:`remat.profile.chain.time_chain` (stages timed in sequence, each recording forward
+  followed by its backward: the profiler's own method) at a small batch.
 * :class:`FlopTimeEstimate`: the ``stage_times`` callable: ``FLOPs / rate`` of the stage's kind.
 
 Since FLOPs are linear in the batch, this equals "block time measured at batch b, times B/b";
@@ -86,8 +86,8 @@ def measure_rates(
 ) -> dict[str, KindRate]:
     """FLOP/ms per kind of stage of ``model`` (a real model, small batch, on a real device).
 
-    ``kinds[i]`` labels chain stage i. Stage times come from :func:`time_chain` (median over
-    ``repeats`` whole store-all steps, after one warm-up step); stages of one kind are pooled
+    ``kinds[i]`` labels chain stage i. Stage times come from :func:`time_chain` (fastest of
+    ``repeats`` whole-chain passes, after one warm-up step of the small model); stages of one kind are pooled
     (total FLOPs / total time)."""
     chain = as_chain(model)
     if len(kinds) != len(chain):
