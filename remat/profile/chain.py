@@ -257,7 +257,7 @@ def _measure_stages(
     if progress:
         from tqdm import tqdm  # deferred: a progress bar only when asked for
 
-        iterator = tqdm(iterator, desc="profiling stages", unit="stage")
+        iterator = tqdm(iterator, desc="profiling stages", unit="stage", disable=None)
     for i in iterator:
         if estimated is not None:
             fwd, bwd = stage_times(i, chain.names[i], chain.stages[i], x)

@@ -48,7 +48,7 @@ def sweep_strategy(
 
     iterator: Iterable[int] = budgets
     if progress:
-        iterator = tqdm(budgets, desc=strategy, unit="budget", leave=False)
+        iterator = tqdm(budgets, desc=strategy, unit="budget", leave=False, disable=None)
     points: dict[tuple[int, float], FrontPoint] = {}
     for budget in iterator if choose is None else sorted(iterator):
         if choose is not None:

@@ -118,7 +118,7 @@ def graph_front(
     results = []
     bar = None
     if progress:
-        bar = tqdm(total=len(tasks), desc=f"front {profile.name}", unit="solve", file=sys.stderr)
+        bar = tqdm(total=len(tasks), desc=f"front {profile.name}", unit="solve", file=sys.stderr, disable=None)
     try:
         if workers == 1:
             for name, budget in tasks:

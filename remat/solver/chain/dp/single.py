@@ -149,7 +149,7 @@ def _table_points(
                 levels.append(k)
     iterator: Iterable[int] = levels
     if progress:
-        iterator = tqdm(levels, desc=f"optimal front ({free} B)", unit="level", leave=False)
+        iterator = tqdm(levels, desc=f"optimal front ({free} B)", unit="level", leave=False, disable=None)
     base = profile.store_all_compute_ms
     points = [
         FrontPoint(
