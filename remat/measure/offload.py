@@ -7,10 +7,17 @@ device as it is saved and brings it back when the backward asks for it, so the s
 forward's live values plus the backward's transient, and computes exactly what it computes without
 it (NOTE [Saved tensors off the device, bit for bit]).
 
+:class:`OffDevice` keeps copies of chosen tensors off the device the same way (a step's gradients,
+to compare with another step's: NOTE [Copies kept off the device]).
+
 Usage::
 
     with saved_off_device(existing_storages(model, x)):
         model(x).sum().backward()
+
+    place = OffDevice()
+    kept = place.put(model.weight.grad)   # the bytes go to a file (CPU) or host memory (CUDA)
+    kept.equal(other.weight.grad)         # torch.equal, read back 1 MiB at a time
 """
 
 from __future__ import annotations
@@ -89,6 +96,15 @@ class _Copy:
             self.restored = weakref.ref(storage)
             return storage
 
+    def piece(self, start: int, nbytes: int) -> torch.Tensor:
+        """Bytes ``start`` to ``start + nbytes`` back on the device: a new uint8 tensor."""
+        buffer = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+        if self.host is not None:
+            buffer.copy_(self.host[start : start + nbytes])
+        elif self.path is not None and nbytes:
+            _read(self.path, buffer, start)
+        return buffer
+
 
 @dataclass(frozen=True, eq=False)
 class _Packed:
@@ -121,9 +137,11 @@ def _write(path: str, data: torch.Tensor) -> None:
             done += file.write(view[done:])
 
 
-def _read(path: str, buffer: torch.Tensor) -> None:
+def _read(path: str, buffer: torch.Tensor, start: int = 0) -> None:
+    """Fill ``buffer`` (uint8, CPU) from the file's bytes ``start`` onwards."""
     view = memoryview(buffer.numpy()).cast("B")
     with open(path, "rb", buffering=0) as file:
+        file.seek(start)
         done = 0
         while done < len(view):
             got = file.readinto(view[done:])
@@ -152,15 +170,103 @@ def _movable(t: torch.Tensor) -> bool:
     )  # fmt: skip
 
 
-class _Hooks:
+# NOTE [Copies kept off the device]
+# The proof compares two whole steps' results (output, every parameter gradient, every buffer);
+# cloning the first step's results on the device would hold a second set of parameter gradients
+# beside the second step's own. ``OffDevice.put`` writes a tensor's values off the device instead,
+# with the byte copy of NOTE [Saved tensors off the device, bit for bit] (a file on CPU, host
+# memory on CUDA), as contiguous row-major bytes of its own span (a view of a larger storage
+# costs only its elements; a non-contiguous tensor is made contiguous on the device first, one
+# tensor's transient). ``Kept.equal`` is ``torch.equal`` (NaN unequal, -0.0 equal to 0.0) read
+# back ``PIECE_BYTES`` at a time against a flat view of the live tensor, so a comparison holds at
+# most one piece beyond the tensors it compares; ``Kept.get`` reads the whole tensor back.
+# Tensors with no plain strided storage (sparse, quantized, subclasses) and meta tensors are
+# kept as clones where they are (rare; meta holds no bytes).
+
+PIECE_BYTES = 1 << 20
+"""What :meth:`Kept.equal` reads back onto the device at once (bytes)."""
+
+
+@dataclass(frozen=True, eq=False)
+class Kept:
+    """A copy of one tensor's values, off its device (NOTE [Copies kept off the device])."""
+
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    copy: _Copy | None  # contiguous row-major bytes; None: ``held`` keeps the values
+    held: torch.Tensor | None = None
+
+    def get(self) -> torch.Tensor:
+        """The values back on the device: a new contiguous tensor."""
+        if self.copy is None:
+            assert self.held is not None
+            return self.held
+        return self.copy.piece(0, self.copy.nbytes).view(self.dtype).view(self.shape)
+
+    def equal(self, t: torch.Tensor) -> bool:
+        """``torch.equal(self.get(), t)``, reading back at most :data:`PIECE_BYTES` at a time."""
+        if tuple(t.shape) != self.shape or t.dtype != self.dtype:
+            return False
+        if self.copy is None:
+            assert self.held is not None
+            return torch.equal(self.held, t)
+        flat = t.detach().reshape(-1)  # a view, unless ``t`` is not contiguous (then one copy)
+        size = flat.element_size()
+        step = max(1, PIECE_BYTES // max(size, 1))
+        for start in range(0, flat.numel(), step):
+            part = flat[start : start + step]
+            back = self.copy.piece(start * size, part.numel() * size).view(self.dtype)
+            same = torch.equal(back.to(part.device), part)
+            del back  # freed before the next piece is read back: one piece at a time
+            if not same:
+                return False
+        return True
+
+
+class OffDevice:
+    """Copies of tensors kept off their device: files of one temporary directory (CPU tensors) or
+    host memory (other devices), removed as the copies are freed (NOTE [Copies kept off the device])."""
+
+    def __init__(self, prefix: str = "remat-kept-") -> None:
+        self.directory = tempfile.TemporaryDirectory(prefix=prefix)
+        self.count = 0
+        self.nbytes = 0  # bytes copied off the device so far (bytes)
+
+    def _keep_bytes(self, data: torch.Tensor) -> _Copy:
+        """A copy of ``data`` (uint8, contiguous, on its device) off the device."""
+        nbytes = data.numel()
+        self.nbytes += nbytes
+        if data.device.type == "cpu":
+            path = None
+            if nbytes:
+                self.count += 1
+                path = os.path.join(self.directory.name, f"{self.count}.bin")
+                _write(path, data)
+            return _Copy(data.device, nbytes, path, None, self.directory)
+        host = torch.empty(nbytes, dtype=torch.uint8)
+        host.copy_(data)
+        return _Copy(data.device, nbytes, None, host)
+
+    def put(self, t: torch.Tensor) -> Kept:
+        """A copy of ``t``'s values off its device."""
+        shape, t = tuple(t.shape), t.detach().resolve_conj().resolve_neg()  # the values, not a lazy view
+        if not _movable(t):
+            return Kept(t.dtype, shape, None, t.clone())
+        return Kept(t.dtype, shape, self._keep_bytes(t.contiguous().reshape(-1).view(torch.uint8)))
+
+
+class _Hooks(OffDevice):
     """The pack and unpack of one :func:`saved_off_device` block."""
 
     def __init__(self, keep: set[StorageWeakRef]) -> None:
+        super().__init__(prefix="remat-saved-")
         self.keep = keep
-        self.directory = tempfile.TemporaryDirectory(prefix="remat-saved-")
         self.copies: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-        self.count = 0
-        self.saved_bytes = 0  # bytes copied off the device (bytes)
+
+    @property
+    def saved_bytes(self) -> int:
+        """Bytes copied off the device so far (bytes)."""
+        return self.nbytes
 
     def pack(self, t: torch.Tensor) -> Any:
         key = storage_key(t) if _movable(t) else None
@@ -169,24 +275,9 @@ class _Hooks:
         version = t._version
         copy = self.copies.get((key, version))
         if copy is None:
-            copy = self._copy(t.untyped_storage())
+            copy = self._keep_bytes(_bytes(t.untyped_storage()))
             self.copies[(key, version)] = copy
         return _Packed(copy, t.dtype, tuple(t.shape), t.stride(), t.storage_offset(), version, weakref.ref(t))
-
-    def _copy(self, storage: torch.UntypedStorage) -> _Copy:
-        nbytes = storage.nbytes()
-        self.saved_bytes += nbytes
-        data = _bytes(storage)
-        if storage.device.type == "cpu":
-            path = None
-            if nbytes:
-                self.count += 1
-                path = os.path.join(self.directory.name, f"{self.count}.bin")
-                _write(path, data)
-            return _Copy(storage.device, nbytes, path, None, self.directory)
-        host = torch.empty(nbytes, dtype=torch.uint8)
-        host.copy_(data)
-        return _Copy(storage.device, nbytes, None, host)
 
     @staticmethod
     def unpack(packed: Any) -> torch.Tensor:
@@ -218,4 +309,4 @@ def saved_off_device(keep: Iterable[StorageWeakRef] = ()) -> Iterator[_Hooks]:
         yield hooks
 
 
-__all__ = ["existing_storages", "saved_off_device"]
+__all__ = ["PIECE_BYTES", "Kept", "OffDevice", "existing_storages", "saved_off_device"]

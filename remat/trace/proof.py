@@ -23,7 +23,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from torch.utils.hooks import RemovableHandle
 
-from remat.measure.offload import existing_storages, saved_off_device
+from remat.measure.offload import Kept, OffDevice, existing_storages, saved_off_device
 from remat.model_errors import first_line, where_in_model
 from remat.schedules import RematError
 from remat.trace.boundary import Boundary, can_have_grad, detached, each, is_boundary, tensors
@@ -46,6 +46,15 @@ from remat.trace.stages import CutChain
 # proves what it claims. What stays on the device is what existed before the step (parameters,
 # buffers, the inputs), the values the forward has live at once, and the backward's transient.
 # The stage-by-stage checks (``check_forward_kinds``) hold one stage's graph at a time.
+#
+# Results too: the budget sets aside one set of parameter gradients (the step's own ``.grad``),
+# so the proof may not hold others. The first step's output, gradients and buffers go off the
+# device (``OffDevice``, NOTE [Copies kept off the device]) before the next step runs; the next
+# step's are compared where they are (``_live``: its ``p.grad``, no copy), before anything resets
+# them, read back a piece at a time; ``_first_difference`` keeps its order (output, gradient of
+# each parameter, each buffer). The same for F_all's gradients in ``_check_stage``, the buffers
+# ``_Saved`` puts back, and what the failure-locating runs record. At its peak the proof holds
+# the step's own gradients, the step's activations as above, and one piece (``PIECE_BYTES``).
 
 
 def _off_device(*existing: Any) -> Any:
@@ -57,8 +66,9 @@ class _Saved:
     """Buffers, parameter gradients and RNG of ``module``, to put back after a trial step."""
 
     def __init__(self, module: nn.Module) -> None:
+        place = OffDevice()  # the buffers' copies wait off the device (NOTE [The proof's memory])
         with torch.no_grad():
-            self.buffers = [(b, b.detach().clone()) for b in module.buffers()]
+            self.buffers = [(b, place.put(b)) for b in module.buffers()]
         self.grads = [(p, p.grad) for p in module.parameters()]
         self.rng = torch.get_rng_state()
         self.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
@@ -67,7 +77,7 @@ class _Saved:
         """Back to the saved state, with parameter gradients cleared (``None``) for a fresh step."""
         with torch.no_grad():
             for b, saved in self.buffers:
-                b.copy_(saved)
+                b.copy_(saved.get())  # one buffer back on the device at a time
         for p, _ in self.grads:
             p.grad = None
         torch.set_rng_state(self.rng)
@@ -94,22 +104,66 @@ def _weight(output: torch.Tensor) -> torch.Tensor:
     return torch.randn(output.shape, generator=generator, dtype=torch.float64).to(output)
 
 
-def one_step(module: nn.Module, run: Callable[[], torch.Tensor]) -> StepResult:
-    """``out = run()``; backward of ``out`` (a scalar) or of ``(out * r).sum()`` with a fixed ``r``."""
+def _step(module: nn.Module, run: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """``out = run()``; backward of ``out`` (a scalar) or of ``(out * r).sum()`` with a fixed ``r``;
+    ``out`` detached. The gradients stay where the backward put them (``p.grad``)."""
     out = run()
     if not isinstance(out, torch.Tensor) or not out.is_floating_point():
         raise RematError("model: the training step must return a floating-point tensor (the loss or the output)")
     if out.requires_grad:
         (out if out.dim() == 0 else (out * _weight(out)).sum()).backward()
+    return out.detach()
+
+
+def one_step(module: nn.Module, run: Callable[[], torch.Tensor]) -> StepResult:
+    """:func:`_step`, with copies of every parameter gradient and buffer afterwards."""
+    out = _step(module, run)
     with torch.no_grad():
         grads = tuple(None if p.grad is None else p.grad.detach().clone() for p in module.parameters())
         buffers = tuple(b.detach().clone() for b in module.buffers())
-    return StepResult(out.detach(), grads, buffers)
+    return StepResult(out, grads, buffers)
 
 
-def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+@dataclass(frozen=True)
+class _Results:
+    """A step's output, parameter gradients and buffers: live tensors (:func:`_live`) or copies off
+    the device (:func:`_kept`). NOTE [The proof's memory]."""
+
+    output: torch.Tensor | Kept
+    grads: tuple[torch.Tensor | Kept | None, ...]
+    buffers: tuple[torch.Tensor | Kept, ...]
+
+
+def _live(module: nn.Module, out: torch.Tensor) -> _Results:
+    """The step's results where they are, no copy: compare them before anything changes them."""
+    return _Results(out, tuple(p.grad for p in module.parameters()), tuple(module.buffers()))
+
+
+def _kept(module: nn.Module, out: torch.Tensor, place: OffDevice) -> _Results:
+    """Copies of the step's results off the device (NOTE [Copies kept off the device])."""
+    with torch.no_grad():
+        grads = tuple(None if p.grad is None else place.put(p.grad) for p in module.parameters())
+        return _Results(place.put(out), grads, tuple(place.put(b) for b in module.buffers()))
+
+
+def _kept_step(module: nn.Module, run: Callable[[], torch.Tensor], place: OffDevice, existing: tuple) -> _Results:
+    """:func:`_step` with saved tensors off the device (``existing``: what to leave where it is,
+    with ``module``), its results copied off the device too (NOTE [The proof's memory])."""
+    with _off_device(module, *existing):
+        out = _step(module, run)
+    return _kept(module, out, place)
+
+
+def _same(a: torch.Tensor | Kept | None, b: torch.Tensor | Kept | None) -> bool:
+    """``torch.equal`` with equal shape and dtype; a copy off the device is read back piecewise."""
     if a is None or b is None:
         return a is None and b is None
+    if isinstance(a, Kept) and isinstance(b, Kept):
+        return a.equal(b.get())
+    if isinstance(a, Kept) or isinstance(b, Kept):
+        kept, live = (a, b) if isinstance(a, Kept) else (b, a)
+        assert isinstance(kept, Kept) and isinstance(live, torch.Tensor)
+        return kept.equal(live)
     return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
 
 
@@ -123,7 +177,7 @@ def _same_boundary(a: Any, b: Any) -> bool:
     return _same(a, b)
 
 
-def _first_difference(module: nn.Module, ref: StepResult, got: StepResult) -> str | None:
+def _first_difference(module: nn.Module, ref: _Results, got: _Results) -> str | None:
     if not _same(ref.output, got.output):
         return "output"
     names = [n for n, _ in module.named_parameters()]
@@ -140,15 +194,16 @@ def _first_difference(module: nn.Module, ref: StepResult, got: StepResult) -> st
 class _Recorder(fx.Interpreter):
     """Runs the whole traced graph and keeps the values of the chosen nodes."""
 
-    def __init__(self, gm: fx.GraphModule, keep: set[str]) -> None:
+    def __init__(self, gm: fx.GraphModule, keep: set[str], place: OffDevice) -> None:
         super().__init__(gm)
         self.keep = keep
-        self.kept: dict[str, Any] = {}
+        self.place = place
+        self.kept: dict[str, Kept] = {}
 
     def run_node(self, n: fx.Node) -> Any:
         value = super().run_node(n)
         if n.name in self.keep and isinstance(value, torch.Tensor):
-            self.kept[n.name] = value.detach().clone()
+            self.kept[n.name] = self.place.put(value)
         return value
 
 
@@ -162,13 +217,13 @@ def _run_hooked(run: Callable[[], Any], handles: list[RemovableHandle]) -> None:
             handle.remove()
 
 
-def _stage_outputs(chain: Chain, run: Callable[[], torch.Tensor]) -> list[Any]:
+def _stage_outputs(chain: Chain, run: Callable[[], torch.Tensor], place: OffDevice) -> list[Any]:
     outputs: list[Any] = [None] * len(chain)
 
     def hook(index: int) -> Callable[..., None]:
         def record(_module: nn.Module, _inputs: Any, output: Any) -> None:
             if is_boundary(output):
-                outputs[index] = each(lambda t: t.detach().clone(), output)
+                outputs[index] = each(place.put, output)
 
         return record
 
@@ -186,7 +241,8 @@ def _locate_cut(step: TrainingStep, chain: CutChain, saved: _Saved, args: tuple,
         source = plan_.sources[node]
         values.append(leaves[source.index] if source.kind == "input" else source.value)
     saved.reset()
-    recorder = _Recorder(plan_.gm, {name for names in cuts for name in names})
+    place = OffDevice()  # every value kept for a comparison waits off the device (NOTE [The proof's memory])
+    recorder = _Recorder(plan_.gm, {name for names in cuts for name in names}, place)
     with torch.no_grad():
         traced = recorder.run(*values)
         saved.reset()
@@ -195,23 +251,25 @@ def _locate_cut(step: TrainingStep, chain: CutChain, saved: _Saved, args: tuple,
     if not _same(traced_out.detach(), reference.detach()):
         return "the traced program itself (TorchDynamo's graph differs from the eager model)"
     saved.reset()
-    got = _stage_outputs(chain, lambda: chain.run(*args, target=target, **kwargs))
+    got = _stage_outputs(chain, lambda: chain.run(*args, target=target, **kwargs), place)
     for name, names, value in zip(chain.names, cuts, got, strict=True):
         kept = tuple(recorder.kept.get(node) for node in names)
         if value is None or not _same_boundary(kept if len(kept) > 1 else kept[0], value):
             return f"stage '{name}'"
+    del got
+    saved.reset()
+    eager_step = _kept_step(step, lambda: step(args, kwargs, target), place, (args, kwargs, target))
     saved.reset()
     with _off_device(step, args, kwargs, target):
-        traced_step = one_step(step, lambda: torch.utils._pytree.tree_leaves(plan_.gm(*values))[0])
-    saved.reset()
-    with _off_device(step, args, kwargs, target):
-        eager_step = one_step(step, lambda: step(args, kwargs, target))
-    if _first_difference(step, eager_step, traced_step) is not None:
+        out = _step(step, lambda: torch.utils._pytree.tree_leaves(plan_.gm(*values))[0])
+    if _first_difference(step, eager_step, _live(step, out)) is not None:
         return (
             "the traced program itself: TorchDynamo's graph takes another code path than the eager model, with"
             " equal outputs but other gradients (Hugging Face models do so when no token is padded: eager then"
             " skips the causal mask and the trace cannot; give the model remat_stages() to cut it by hand)"
         )
+    saved.reset()
+    del out
     saved.reset()
     return f"stage '{_locate_backward(step, chain, plan_.gm, values, args, kwargs, target, saved)}' (its backward)"
 
@@ -219,28 +277,31 @@ def _locate_cut(step: TrainingStep, chain: CutChain, saved: _Saved, args: tuple,
 class _GradRecorder(fx.Interpreter):
     """Runs the whole traced graph and records the gradients that reach the chosen nodes' values."""
 
-    def __init__(self, gm: fx.GraphModule, keep: set[str], grads: dict[str, torch.Tensor]) -> None:
+    def __init__(self, gm: fx.GraphModule, keep: set[str], grads: dict[str, Kept], place: OffDevice) -> None:
         super().__init__(gm)
         self.keep = keep
         self.grads = grads
+        self.place = place
 
     def run_node(self, n: fx.Node) -> Any:
         value = super().run_node(n)
         if n.name in self.keep and isinstance(value, torch.Tensor) and value.requires_grad:
-            value.register_hook(_keeper(self.grads, n.name))
+            value.register_hook(_keeper(self.grads, n.name, self.place))
         return value
 
 
-def _keeper(grads: dict, key: Any) -> Callable[[torch.Tensor], None]:
+def _keeper(grads: dict, key: Any, place: OffDevice) -> Callable[[torch.Tensor], None]:
     def keep(grad: torch.Tensor) -> None:
-        grads[key] = grad.detach().clone()
+        grads[key] = place.put(grad)
 
     return keep
 
 
-def _chain_grads(chain: CutChain, run: Callable[[], torch.Tensor], grads: dict) -> Callable[[], torch.Tensor]:
+def _chain_grads(
+    chain: CutChain, run: Callable[[], torch.Tensor], grads: dict, place: OffDevice
+) -> Callable[[], torch.Tensor]:
     """``run`` with the gradient of each stage's output (its ``j``-th tensor, for a tuple
-    boundary) recorded into ``grads[stage index, j]``."""
+    boundary) recorded, off the device, into ``grads[stage index, j]``."""
 
     def hook(index: int) -> Callable[..., None]:
         def record(_module: nn.Module, _inputs: Any, output: Any) -> None:
@@ -248,7 +309,7 @@ def _chain_grads(chain: CutChain, run: Callable[[], torch.Tensor], grads: dict) 
                 return
             for j, t in enumerate(tensors(output)):
                 if t.requires_grad:
-                    t.register_hook(_keeper(grads, (index, j)))
+                    t.register_hook(_keeper(grads, (index, j), place))
 
         return record
 
@@ -272,14 +333,16 @@ def _locate_backward(
     on another one for its input, or (if no hand-off gradient differs) makes other gradients for
     parameters only it uses."""
     handoffs = [tuple(n.name for n in handoff) for handoff in chain.plan.handoffs]
-    traced_grads: dict[str, torch.Tensor] = {}
-    recorder = _GradRecorder(gm, {name for names in handoffs for name in names}, traced_grads)
-    with _off_device(step, args, kwargs, target):
-        traced = one_step(step, lambda: torch.utils._pytree.tree_leaves(recorder.run(*values))[0])
+    place = OffDevice()
+    traced_grads: dict[str, Kept] = {}
+    recorder = _GradRecorder(gm, {name for names in handoffs for name in names}, traced_grads, place)
+    run_traced = lambda: torch.utils._pytree.tree_leaves(recorder.run(*values))[0]  # noqa: E731
+    traced = _kept_step(step, run_traced, place, (args, kwargs, target))
     saved.reset()
-    chain_grads: dict[tuple[int, int], torch.Tensor] = {}
+    chain_grads: dict[tuple[int, int], Kept] = {}
+    run_chain = _chain_grads(chain, lambda: chain.run(*args, target=target, **kwargs), chain_grads, place)
     with _off_device(step, args, kwargs, target):
-        cut = one_step(step, _chain_grads(chain, lambda: chain.run(*args, target=target, **kwargs), chain_grads))
+        cut = _live(step, _step(step, run_chain))
     for k in range(len(handoffs) - 2, -1, -1):
         if not all(_same(traced_grads.get(n), chain_grads.get((k, j))) for j, n in enumerate(handoffs[k])):
             return chain.names[k + 1]
@@ -323,18 +386,19 @@ def prove_cut(
         saved.reset()
         check_forward_kinds(chain, args, kwargs, target, options)
         saved.reset()
-        with _off_device(step, args, kwargs, target):
-            ref = one_step(step, lambda: step(args, kwargs, target))
+        place = OffDevice()
+        ref = _kept_step(step, lambda: step(args, kwargs, target), place, (args, kwargs, target))
         plain = lambda: chain.run(*args, target=target, **kwargs)  # noqa: E731
         saved.reset()
         try:
             with _off_device(step, args, kwargs, target):
-                got = one_step(step, plain if chain_step is None else chain_step)
+                out = _step(step, plain if chain_step is None else chain_step)
         except RematError:
             raise
         except Exception as error:  # noqa: BLE001 - the user's model failed inside a stage: one line
             raise _stage_failure(step, error) from None
-        what = _first_difference(step, ref, got)
+        what = _first_difference(step, ref, _live(step, out))
+        del out
         if what is not None:
             if chain_step is not None and _plain_chain_equal(step, ref, plain, saved, (args, kwargs, target)):
                 raise RematError(
@@ -351,12 +415,12 @@ def prove_cut(
         saved.restore()
 
 
-def _plain_chain_equal(step: TrainingStep, ref: StepResult, plain: Callable, saved: _Saved, call: tuple) -> bool:
+def _plain_chain_equal(step: TrainingStep, ref: _Results, plain: Callable, saved: _Saved, call: tuple) -> bool:
     """Whether the chain run plainly (not the caller's ``chain_step``) trains exactly like ``ref``."""
     saved.reset()
     with _off_device(step, *call):
-        got = one_step(step, plain)
-    return _first_difference(step, ref, got) is None
+        out = _step(step, plain)
+    return _first_difference(step, ref, _live(step, out)) is None
 
 
 def _stage_failure(step: TrainingStep, error: BaseException) -> RematError:
@@ -496,6 +560,7 @@ def _check_stage(name: str, stage: nn.Module, x: Boundary, sides: dict, options:
         first = _no_grad_twice(name, stage, x, inputs, rerun)
         kinds = _recording_kinds(stage, x, options)
     reference = None
+    place = OffDevice()  # F_all's gradients wait off the device (NOTE [The proof's memory])
     for kind, forward in kinds.items():
         rerun()
         with running_stage(name, stage, x, kind):
@@ -505,7 +570,8 @@ def _check_stage(name: str, stage: nn.Module, x: Boundary, sides: dict, options:
             raise _refuse(name, f"gives another output in {kind} than in a no-grad forward from the same input")
         if reference is not None and not all(_same(a, b) for a, b in zip(reference, grads, strict=True)):
             raise _refuse(name, f"gives other gradients in {kind} than in its recording forward (F_all)")
-        reference = grads if reference is None else reference
+        if reference is None:
+            reference = tuple(None if g is None else place.put(g) for g in grads)
         del out, grads  # the next kind runs without this one's values (NOTE [The proof's memory])
     rerun()
     return first
@@ -556,12 +622,14 @@ def cut_model(
     return chain
 
 
-_Call = tuple[int, int, int, Any, torch.Tensor]
+_Call = tuple[int, int, int, Any, Kept]
 
 
-def _leaf_calls(modules: list[nn.Module], run: Callable[[], Any], stages: list[nn.Module] | None = None) -> list[_Call]:
+def _leaf_calls(
+    modules: list[nn.Module], run: Callable[[], Any], place: OffDevice, stages: list[nn.Module] | None = None
+) -> list[_Call]:
     """Every call of a leaf module during ``run()``: (stage running or -1, module id, how many calls
-    of that module came before, first input, output)."""
+    of that module came before, first input, output), the tensors kept off the device."""
     calls: list[_Call] = []
     counts: dict[int, int] = {}
     current = [-1]
@@ -569,8 +637,8 @@ def _leaf_calls(modules: list[nn.Module], run: Callable[[], Any], stages: list[n
     def record(module: nn.Module, inputs: Any, output: Any) -> None:
         if isinstance(output, torch.Tensor):
             key = id(module)
-            first = inputs[0].detach().clone() if inputs and isinstance(inputs[0], torch.Tensor) else None
-            calls.append((current[0], key, counts.get(key, 0), first, output.detach().clone()))
+            first = place.put(inputs[0]) if inputs and isinstance(inputs[0], torch.Tensor) else None
+            calls.append((current[0], key, counts.get(key, 0), first, place.put(output)))
             counts[key] = counts.get(key, 0) + 1
 
     def enter(index: int) -> Callable[..., None]:
@@ -590,12 +658,14 @@ def _locate_chain(holder: nn.Module, model: nn.Module, chain: Chain, x: torch.Te
     call's output, or the input of the next stage's first call, differs from the same call (same
     module, same call number) in ``model(x)``."""
     leaves = [m for m in holder.modules() if not list(m.children())]
+    place = OffDevice()  # every call's values wait off the device (NOTE [The proof's memory])
     saved.reset()
-    original = {(key, count): (arg, out) for _, key, count, arg, out in _leaf_calls(leaves, lambda: model(x))}
+    calls = _leaf_calls(leaves, lambda: model(x), place)
+    original = {(key, count): (arg, out) for _, key, count, arg, out in calls}
     saved.reset()
     first: dict[int, _Call] = {}
     last: dict[int, _Call] = {}
-    for call in _leaf_calls(leaves, lambda: chain(x), list(chain.stages)):
+    for call in _leaf_calls(leaves, lambda: chain(x), place, list(chain.stages)):
         first.setdefault(call[0], call)
         last[call[0]] = call
     missing = (None, None)
@@ -626,12 +696,11 @@ def prove_chain(
     saved = _Saved(holder)
     try:
         saved.reset()
-        with _off_device(holder, x):
-            ref = one_step(holder, lambda: model(x))
+        ref = _kept_step(holder, lambda: model(x), OffDevice(), (holder, x))
         saved.reset()
         try:
             with _off_device(holder, x):
-                got = one_step(holder, (lambda: chain(x)) if chain_step is None else chain_step)
+                out = _step(holder, (lambda: chain(x)) if chain_step is None else chain_step)
         except RematError:
             raise
         except Exception as error:  # noqa: BLE001 - the user's model failed inside a stage: one line
@@ -640,7 +709,8 @@ def prove_chain(
                 f"model: the chain cut from {type(model).__name__} fails to run" + (f" ({where})" if where else "")
                 + f": {first_line(error)}; refused"
             ) from None  # fmt: skip
-        what = _first_difference(holder, ref, got)
+        what = _first_difference(holder, ref, _live(holder, out))
+        del out
         if what is not None:
             where = _locate_chain(holder, model, chain, x, saved)
             raise RematError(

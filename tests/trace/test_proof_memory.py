@@ -9,6 +9,7 @@ from torch import nn
 
 import remat.trace.proof as proof
 from remat.measure.allocator import AllocatorMeter
+from remat.measure.offload import PIECE_BYTES
 from remat.schedules import RematError
 from remat.trace.capture import TrainingStep
 from remat.trace.chain import as_chain
@@ -36,6 +37,75 @@ def test_prove_chain_peaks_far_below_the_plain_step():
         prove_chain(model, chain, x)
     assert meter.peak_bytes < plain / 3
     assert all(p.grad is None for p in model.parameters())  # the model is left as it was
+
+
+def _embedded() -> nn.Sequential:
+    """Parameters dominate: a 20000 x 64 embedding (5.1 MB) before three small Linear layers."""
+    torch.manual_seed(0)
+    linears = [nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 8)]
+    return nn.Sequential(nn.Embedding(20000, 64), *linears)
+
+
+def _param_bytes(model: nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def test_prove_chain_holds_one_set_of_parameter_gradients():
+    # NOTE [The proof's memory]: the plain step's results wait off the device and the chain step's
+    # are compared where they are, a piece at a time; before, the proof held the plain step's
+    # cloned gradients, the chain step's and their clones: 3.0x the parameters' bytes
+    model = _embedded()
+    x = torch.randint(0, 20000, (4, 16))
+    plain = _plain_peak(model, lambda: model(x))  # one set of gradients and the activations
+    with AllocatorMeter("cpu") as meter:
+        prove_chain(model, as_chain(model), x)
+    assert meter.peak_bytes < 2 * _param_bytes(model)
+    assert meter.peak_bytes < plain + 2 * PIECE_BYTES
+
+
+@pytest.mark.slow
+def test_prove_cut_holds_one_set_of_parameter_gradients():
+    # the whole proof: the stage-by-stage checks (F_all's gradients off the device), both steps
+    model = _embedded()
+    x = torch.randint(0, 20000, (4, 16))
+    chain = cut_model(model, (x,), {}, prove=False)
+    step = TrainingStep(model, None)
+    plain = _plain_peak(step, lambda: step((x,), {}, None))
+    with AllocatorMeter("cpu") as meter:
+        prove_cut(step, chain, (x,), {})
+    assert meter.peak_bytes < 2 * _param_bytes(model)
+    assert meter.peak_bytes < plain + 2 * PIECE_BYTES
+    assert all(p.grad is None for p in model.parameters())
+
+
+class _Drifting(torch.autograd.Function):
+    """The identity; its backward scales the gradient by how many backwards ran before."""
+
+    calls = 0
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        _Drifting.calls += 1
+        return grad * _Drifting.calls
+
+
+class _DriftingStage(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return _Drifting.apply(self.lin(x))
+
+
+def test_a_stage_whose_gradients_differ_between_forward_kinds_is_refused():
+    # F_all's gradients are the reference, kept off the device; the second F_all is compared to it
+    with pytest.raises(RematError, match="stage 's' gives other gradients in F_all run again"):
+        proof._check_stage("s", _DriftingStage(), torch.randn(4, 8), {}, None)
 
 
 @pytest.mark.slow
