@@ -11,7 +11,13 @@ import argparse
 import math
 
 from remat.cli.args import check_paths, output_file, plot_file
-from remat.cli.options import DEVICE_HELP, add_device_and_dtype, add_model_and_input, check_input_fits
+from remat.cli.options import (
+    DEVICE_HELP,
+    add_device_and_dtype,
+    add_library_options,
+    add_model_and_input,
+    check_input_fits,
+)
 from remat.plots import save_figure
 from remat.schedules import RematError, format_size, parse_size, save_profile, save_schedule
 from remat.solver.plan import (
@@ -84,8 +90,8 @@ def _row(fit: Fit, label: str) -> str:
 def run(args: argparse.Namespace) -> int:
     """Profile, fit the growth, find each strategy's largest size and print (and write) the plan."""
     # these import torch: here, so that ``import remat.cli`` stays free of its ~1 s import
-    from remat.models.loading import parse_dtype, parse_shape, resolve_device
-    from remat.profile.batch import chain_profiler, parse_vary
+    from remat.models.loading import model_options, parse_dtype, parse_shape, resolve_device
+    from remat.profile.batch import NOMINAL_FLOP_PER_MS, chain_profiler, parse_vary
 
     check_paths(args, {}, {"-o": "output", "--save-profile": "save_profile", "--plot": "plot"})
     if args.device is not None and not args.measured:
@@ -100,10 +106,11 @@ def run(args: argparse.Namespace) -> int:
         raise RematError(f"--max-size: must be a positive integer, got {args.max_size}")
     mode = "measured" if args.measured else "meta"
     device = resolve_device(args.device) if mode == "measured" else None
+    dtype, options = parse_dtype(args.dtype), model_options(args)
     if device is not None and points:  # the largest input the profiles allocate, refused before it is
         largest = tuple(max(points) if axis == dim else n for axis, n in enumerate(shape))
-        check_input_fits(largest, parse_dtype(args.dtype), device)
-    profiler = chain_profiler(args.model, shape, dim, mode, parse_dtype(args.dtype), device)
+        check_input_fits(largest, options["input_dtype"] or dtype, device)
+    profiler = chain_profiler(args.model, shape, dim, mode, dtype, device, **options)
     growth = fit_growth(profiler, points, time_rtol=None if mode == "measured" else 1e-6, upper=args.max_size)
     fixed, fixed_note = _fixed(args.fixed_bytes, growth.profiles[0])
     budget = memory - fixed
@@ -113,8 +120,13 @@ def run(args: argparse.Namespace) -> int:
     for name in PLAN_STRATEGIES:
         fits[name], growth = confirmed_largest(growth, profiler, budget, allowed, name, upper=args.max_size)
     first = growth.profiles[0]
-    times = "times from FLOPs (meta tensors)" if mode == "meta" else f"measured on {first.metadata['device']}"
+    times = (
+        f"times from FLOPs at a nominal {NOMINAL_FLOP_PER_MS * 1000:.0e} FLOP/s (only their ratios matter)"
+        if mode == "meta"
+        else f"measured on {first.metadata['device']}"
+    )
     print(f"model        {args.model}, input {args.input_shape}, varying {what}; {first.length} stages")
+    print(f"cut          {first.metadata.get('cut', 'stages of the model')}")
     print(f"profiles     {mode}: sizes exact, {times}; at {what} {', '.join(map(str, growth.points))}")
     print(f"growth       {growth.kind} in {what}, every field checked against the other profiles (sizes exact)")
     for line in growth.describe():
@@ -171,8 +183,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Profile MODEL at a few sizes of one input dimension, fit how its chain grows, and find the "
         "largest size whose optimal schedule (and Chen's sqrt(n), and store-all) fits --memory minus the fixed "
         "bytes with at most --max-overhead over store-all.",
-        epilog="example: remat plan --model remat.zoo.gpt2:gpt2_small --input-shape 1,1024,768 "
-        "--memory 80GB --max-overhead 10%",
+        epilog="examples: remat plan --model remat.zoo.gpt2:gpt2_small --input-shape 1,1024,768 "
+        "--memory 80GB --max-overhead 10%;  remat plan --model transformers:llama --config "
+        "hidden_size=4096,num_hidden_layers=32,num_attention_heads=32,intermediate_size=11008 --input-dtype int64 "
+        "--input-shape 1,1024 --vary dim=1 --dtype bfloat16 --memory 80GiB --max-overhead 20%",
     )
     add_model_and_input(plan)
     plan.add_argument("--vary", default="batch", help="batch (default) or dim=N: the input dimension to grow")
@@ -200,6 +214,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     mode.add_argument("--meta", action="store_true", help="profile on meta tensors, times from FLOPs (default)")
     mode.add_argument("--measured", action="store_true", help="profile on the device: measured times and sizes")
     add_device_and_dtype(plan, device_help=f"--measured: {DEVICE_HELP}")
+    add_library_options(plan)
     plan.add_argument("-o", "--output", type=output_file, help="write the optimal schedule at the planned size here")
     plan.add_argument(
         "--save-profile", type=output_file, help="write the chain profile at the planned size here (for remat execute)"
