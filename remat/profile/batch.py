@@ -90,8 +90,8 @@ def _guarded(profile: Callable[[int], ChainProfile], what: str) -> Callable[[int
     def run(x: int) -> ChainProfile:
         try:
             return profile(x)
-        except RematError:
-            raise
+        except RematError as error:  # a cut at this size (a trace the model's code refuses), one line already
+            raise RematError(f"profiling the model at {what} = {x} failed: {error}") from None
         except (RuntimeError, ValueError, IndexError) as error:
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise RematError(f"profiling the model at {what} = {x} failed: {first}") from None
@@ -125,13 +125,14 @@ TRACED_ON_META = (
 class _Cuts:
     """The model's chain at each size of the varied dimension (docs/plan.md, "How").
 
-    ``meta``: stages the user stated are used as they are; any other model is cut from its traced
-    training step as ``remat.checkpoint`` cuts it (:func:`remat.trace.cut.cut_step`, then
-    :func:`remat.trace.fuse.fuse_unsaved_handoffs`), traced once general in the varied dimension
+    Stages the user stated (:func:`_stated`, one float input) are used as they are, as ``remat
+    execute`` uses them (proven by ``chain_for`` with ``measured``). Any other model (a library
+    model, one a name hint would cut) is cut from its traced training step as ``remat.checkpoint``
+    cuts it: on meta by :func:`remat.trace.cut.cut_step` then
+    :func:`remat.trace.fuse.fuse_unsaved_handoffs`, traced once general in the varied dimension
     where the model lets it (NOTE [Dimensions a trace is general in]) and again at a size its
-    guard refuses. No proof: nothing computes on meta. ``measured``: ``chain_for`` (a stated or
-    hinted chain proven equal to the model, else the proven traced cut) for one input; a
-    Hugging Face LM's call (ids and labels) is cut and proven by ``cut_model`` at each size."""
+    guard refuses, not proven (nothing computes on meta); ``measured``: by ``cut_model`` (the same,
+    proven) at each size."""
 
     def __init__(self, model: nn.Module, call_at: Callable[[int], tuple[tuple, dict]], dim: int, mode: str) -> None:
         self.model, self.call_at, self.dim, self.mode = model, call_at, dim, mode
@@ -145,14 +146,10 @@ class _Cuts:
             if single and _stated(self.model):
                 return SizedChain(as_chain(self.model), args[0], True, "stated stages, used as they are")
             return self._traced_on_meta(args, kwargs)
-        if single:
-            if self.fixed is not None:
-                return SizedChain(self.fixed, args[0], True, "stated or named stages, proven equal to the model")
-            chain = chain_for(self.model, args[0])
-            if not isinstance(chain, CutChain):
-                self.fixed = chain
-                return self.at(x)
-            return SizedChain(chain, args[0], True, "traced (TorchDynamo), proven equal to the model")
+        if single and _stated(self.model):
+            if self.fixed is None:
+                self.fixed = chain_for(self.model, args[0])  # proven equal to the model on this size
+            return SizedChain(self.fixed, args[0], True, "stated stages, proven equal to the model")
         chain = cut_model(self.model, args, kwargs)
         a0 = chain.bind(*args, **kwargs)
         return SizedChain(chain, a0, a0.requires_grad, "traced (TorchDynamo), proven equal to the model")
