@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from remat.cli.args import check_paths, output_file, plot_file
 from remat.cli.options import (
@@ -111,14 +114,8 @@ def run(args: argparse.Namespace) -> int:
         largest = tuple(max(points) if axis == dim else n for axis, n in enumerate(shape))
         check_input_fits(largest, options["input_dtype"] or dtype, device)
     profiler = chain_profiler(args.model, shape, dim, mode, dtype, device, **options)
-    growth = fit_growth(profiler, points, time_rtol=None if mode == "measured" else 1e-6, upper=args.max_size)
-    fixed, fixed_note = _fixed(args.fixed_bytes, growth.profiles[0])
-    budget = memory - fixed
-    if budget <= 0:
-        raise RematError(f"--fixed-bytes: {format_size(fixed)} leaves nothing of --memory {format_size(memory)}")
-    fits = {}
-    for name in PLAN_STRATEGIES:
-        fits[name], growth = confirmed_largest(growth, profiler, budget, allowed, name, upper=args.max_size)
+    result = _planned(profiler, points, mode, memory, allowed, args.fixed_bytes, args.max_size)
+    growth, fits, fixed_note, budget = result.growth, result.fits, result.fixed_note, result.budget
     first = growth.profiles[0]
     times = (
         f"times from FLOPs at a nominal {NOMINAL_FLOP_PER_MS * 1000:.0e} FLOP/s (only their ratios matter)"
@@ -149,6 +146,79 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         _plot(growth, budget, what, args)
     return 0
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """What a plan found: per strategy (``optimal``, ``chen-sqrt``, ``store-all``) the largest size
+    that fits (:class:`~remat.solver.plan.Fit`: size, schedule, overhead, why the next does not),
+    the growth model it was read from, and the memory split (bytes)."""
+
+    fits: dict[str, Fit]
+    growth: Any
+    memory: int
+    fixed: int
+    fixed_note: str
+    budget: int
+
+    @property
+    def size(self) -> int | None:
+        """The optimal schedule's largest size (None: not even the smallest fits)."""
+        return self.fits["optimal"].size
+
+    def profile(self) -> Any:
+        """The chain profile at :attr:`size` (predicted by the growth model, or a real one)."""
+        return self.growth.profile_at(self.size)
+
+
+def _planned(profiler, points, mode: str, memory: int, allowed: float, fixed_text: str, max_size: int) -> PlanResult:
+    """Fit the growth through ``profiler``'s profiles and find each strategy's confirmed largest size."""
+    growth = fit_growth(profiler, points, time_rtol=None if mode == "measured" else 1e-6, upper=max_size)
+    fixed, fixed_note = _fixed(str(fixed_text), growth.profiles[0])
+    budget = memory - fixed
+    if budget <= 0:
+        raise RematError(f"--fixed-bytes: {format_size(fixed)} leaves nothing of --memory {format_size(memory)}")
+    fits = {}
+    for name in PLAN_STRATEGIES:
+        fits[name], growth = confirmed_largest(growth, profiler, budget, allowed, name, upper=max_size)
+    return PlanResult(fits, growth, memory, fixed, fixed_note, budget)
+
+
+def plan(
+    model: Any,
+    example: Any,
+    memory: int | str,
+    *,
+    vary: int = 0,
+    max_overhead: float | str = 0.1,
+    fixed_bytes: int | str = "auto",
+    points: Sequence[int] | None = None,
+    max_size: int = DEFAULT_MAX_SIZE,
+) -> PlanResult:
+    """``remat plan`` in Python, on meta tensors: the largest size of dimension ``vary`` of the
+    example's tensors whose schedule fits ``memory`` with at most ``max_overhead`` over store-all.
+
+    Args:
+        model: an ``nn.Module`` on the meta device, or a function of no arguments that builds one
+            (called under ``torch.device("meta")``: no weights are allocated).
+        example: what ``remat.checkpoint`` would be given, on meta: a tensor, a tuple of inputs,
+            or a dict of keyword inputs (``{"input_ids": ids, "labels": ids}``); every tensor with
+            dimension ``vary`` grows along it (tensors that are one stay one).
+        memory: the device's bytes, or a size (``"80GiB"``).
+        max_overhead: a fraction (0.2) or a percentage (``"20%"``).
+        fixed_bytes: bytes outside the activations, or ``"auto"`` (4 x the parameters).
+        points: the sizes to profile (default 1x, 2x, 3x the example's).
+
+    The cut is remat.checkpoint's traced one, not proven (nothing computes on meta); sizes are
+    exact, times FLOPs at a nominal rate (docs/plan.md). ``result.fits["optimal"].schedule`` and
+    ``result.profile()`` are for the real run."""
+    from remat.profile.batch import example_profiler  # imports torch
+
+    allowed = parse_percent(max_overhead, "max_overhead") if isinstance(max_overhead, str) else float(max_overhead)
+    profiler, size = example_profiler(model, example, vary)
+    chosen = list(points) if points is not None else [m * size for m in POINT_MULTIPLES]
+    total = parse_size(memory) if isinstance(memory, str) else int(memory)
+    return _planned(profiler, chosen, "meta", total, allowed, str(fixed_bytes), max_size)
 
 
 def _plot(growth, budget: int, what: str, args: argparse.Namespace) -> None:
@@ -225,4 +295,4 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     plan.set_defaults(func=run)
 
 
-__all__ = ["add_parser", "parse_percent", "parse_points", "run"]
+__all__ = ["PlanResult", "add_parser", "parse_percent", "parse_points", "plan", "run"]

@@ -214,6 +214,47 @@ def chain_profiler(
     return _guarded(profile_at, f"input dimension {dim}")
 
 
+def example_profiler(model: Any, example: Any, dim: int) -> tuple[Callable[[int], ChainProfile], int]:
+    """For ``model`` on meta (or a function of no arguments building it, called under
+    ``torch.device("meta")``) and an ``example`` call on meta (a tensor, a tuple of inputs or a
+    dict of keyword inputs): a function ``x -> profile at size x of dimension dim`` of every example
+    tensor that has it (aliases kept), and the example's size there."""
+    if not isinstance(model, nn.Module):
+        if not callable(model):
+            raise RematError(f"model: expected a module on meta or a function building one, got {type(model).__name__}")
+        with torch.device("meta"):
+            model = model()
+        if not isinstance(model, nn.Module):
+            raise RematError(f"model: the factory returned a {type(model).__name__}, not a torch.nn.Module")
+    if any(t.device.type != "meta" for t in (*model.parameters(), *model.buffers())):
+        raise RematError("model: plan(...) runs on meta: build the model under torch.device('meta') (no weights)")
+    leaves, spec = pytree.tree_flatten(example)
+    grown = [t for t in leaves if isinstance(t, torch.Tensor) and t.dim() > dim]
+    if not grown or any(t.device.type != "meta" for t in leaves if isinstance(t, torch.Tensor)):
+        raise RematError(f"example: needs tensors on meta with a dimension {dim} (torch.empty(..., device='meta'))")
+    model.train()
+
+    def call_at(x: int) -> tuple[tuple, dict]:
+        made: dict[int, torch.Tensor] = {}
+        for t in grown:
+            made.setdefault(id(t), torch.empty(shape_at(t.shape, dim, x), dtype=t.dtype, device="meta"))
+        call = pytree.tree_unflatten([made.get(id(t), t) for t in leaves], spec)
+        if isinstance(call, dict):
+            return (), dict(call)
+        return (tuple(call) if isinstance(call, (tuple, list)) else (call,)), {}
+
+    cuts = _Cuts(model, call_at, dim, "meta")
+    done: dict[int, ChainProfile] = {}
+    name = f"{type(model).__name__.lower()}-meta"
+
+    def profile_at(x: int) -> ChainProfile:
+        if x not in done:
+            done[x] = _profiled(cuts.at(x), name, "meta")
+        return done[x]
+
+    return _guarded(profile_at, f"input dimension {dim}"), int(grown[0].shape[dim])
+
+
 def _profiled(sized: SizedChain, name: str, mode: str) -> ChainProfile:
     """``sized``'s chain profiled on its a_0 (on meta: FLOP times, attention as on the CPU)."""
     if mode == "meta":
@@ -236,6 +277,7 @@ __all__ = [
     "SizedChain",
     "chain_profiler",
     "check_chain_matches",
+    "example_profiler",
     "flop_times",
     "parse_vary",
 ]

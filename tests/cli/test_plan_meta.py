@@ -154,3 +154,28 @@ def test_a_config_file_for_another_model_type_is_one_line(tmp_path, capsys) -> N
                  "--input-shape", "1,8", "--memory", "1MB"]) == 2  # fmt: skip
     err = capsys.readouterr().err.strip()
     assert "model type 'gpt2'" in err and "\n" not in err
+
+
+@pytest.mark.slow
+def test_plan_in_python_answers_what_the_command_answers(tmp_path, capsys) -> None:
+    """``remat.cli.plan.plan(factory, example on meta, memory=...)``: the same cut and answer as the CLI."""
+    from remat.cli.plan import plan
+    from remat.models.hub import build_library_model
+
+    memory = 4 * sum(s.saved_size for s in _meta_llama(64)(64).stages)
+    assert main(_plan(tmp_path, memory, "--max-overhead", "30%")) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("optimal"))
+    ids = torch.empty((1, 64), dtype=torch.int64, device="meta")
+    result = plan(
+        lambda: build_library_model("transformers:llama", dict(LLAMA)),
+        {"input_ids": ids, "labels": ids},
+        memory,
+        vary=1,
+        max_overhead="30%",
+        fixed_bytes=0,
+        points=[64, 128, 192],
+    )
+    assert result.size == int(line.split()[1]) and result.size > 64
+    assert result.profile().metadata["device_type"] == "meta"
+    with pytest.raises(RematError, match="runs on meta"):
+        plan(torch.nn.Linear(4, 4), torch.empty(2, 4, device="meta"), memory)
