@@ -179,3 +179,24 @@ def test_plan_in_python_answers_what_the_command_answers(tmp_path, capsys) -> No
     assert result.profile().metadata["device_type"] == "meta"
     with pytest.raises(RematError, match="runs on meta"):
         plan(torch.nn.Linear(4, 4), torch.empty(2, 4, device="meta"), memory)
+
+
+@pytest.mark.slow
+def test_a_meta_plan_of_a_small_vit_replays_with_remat_execute_within_2_percent(tmp_path, capsys) -> None:
+    """ViT-H/14's family at test size: planned on meta, the schedule replayed by ``remat execute``
+    on the CPU (which cuts a model no name hint applies to the same way) at its predicted peak."""
+    schedule, report = tmp_path / "s.json", tmp_path / "r.json"
+    model = ["--model", "timm:vit_tiny_patch16_224", "--config",
+             "img_size=32,patch_size=4,depth=2,embed_dim=64,num_heads=2,num_classes=10"]  # fmt: skip
+    store_all = sum(s.saved_size for s in chain_profiler(model[1], (4, 3, 32, 32), 0, "meta", torch.float32, None,
+                    config={"img_size": 32, "patch_size": 4, "depth": 2, "embed_dim": 64, "num_heads": 2,
+                            "num_classes": 10})(4).stages)  # fmt: skip
+    args = ["plan", *model, "--input-shape", "4,3,32,32", "--memory", str(2 * store_all), "--fixed-bytes", "0"]
+    assert main([*args, "--max-overhead", "30%", "-o", str(schedule)]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("optimal"))
+    batch = int(line.split()[1])
+    run = ["execute", *model, "--input-shape", f"{batch},3,32,32", "--device", "cpu", "--schedule", str(schedule)]
+    assert main([*run, "--steps", "1", "--json", str(report)]) == 0
+    predicted = json.loads(schedule.read_text())["predicted"]["peak_memory"]  # solved on the meta profile
+    measured = json.loads(report.read_text())["peak_memory"]["measured"]
+    assert abs(measured - predicted) <= 0.02 * predicted, (measured, predicted)
