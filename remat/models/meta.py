@@ -45,9 +45,9 @@ from remat.trace.branches import PINNED
 
 def _stand_in(value: Any) -> Any:
     """A meta tensor as the CPU tensor of the plan's example values (NOTE [Mask decisions on meta])."""
-    if not isinstance(value, torch.Tensor) or value.device.type != "meta":
-        return value
-    if value.dtype == torch.bool or value.is_floating_point():  # a padding mask: no token padded
+    if not isinstance(value, torch.Tensor) or value.device.type != "meta" or value.is_floating_point():
+        return value  # (a float tensor is no mask or position id: left to fail loudly, as eager on meta)
+    if value.dtype == torch.bool:  # a padding mask: no token padded
         return torch.ones(value.shape, dtype=value.dtype)
     return torch.arange(value.shape[-1], dtype=value.dtype).expand(value.shape)  # position ids
 
