@@ -256,7 +256,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog="examples: remat plan --model remat.zoo.gpt2:gpt2_small --input-shape 1,1024,768 "
         "--memory 80GB --max-overhead 10%;  remat plan --model transformers:llama --config "
         "hidden_size=4096,num_hidden_layers=32,num_attention_heads=32,intermediate_size=11008 --input-dtype int64 "
-        "--input-shape 1,1024 --vary dim=1 --dtype bfloat16 --memory 80GiB --max-overhead 20%",
+        "--input-shape 1,2048 --vary dim=1 --memory 80GiB --fixed-bytes 54GB --max-overhead 20%",
     )
     add_model_and_input(plan)
     plan.add_argument("--vary", default="batch", help="batch (default) or dim=N: the input dimension to grow")
