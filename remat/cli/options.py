@@ -1,8 +1,8 @@
 """The model options that ``remat profile``, ``remat execute`` and ``remat plan`` share, declared once.
 
-:func:`add_model_options` declares the whole set (``profile``, ``execute``); ``plan`` builds no
-library model and runs no torch threads, so it takes the two parts it needs:
-:func:`add_model_and_input` and :func:`add_device_and_dtype`.
+:func:`add_model_options` declares the whole set (``profile``, ``execute``); ``plan`` runs no
+torch threads, so it takes the parts it needs: :func:`add_model_and_input`,
+:func:`add_device_and_dtype` and :func:`add_library_options`.
 
 torch is imported inside :func:`with_threads` and :func:`compiled_if` only, when a command runs a
 model: ``import remat.cli`` (and ``remat solve``) stay free of its ~1 s import.
@@ -47,6 +47,11 @@ def add_model_options(command: argparse.ArgumentParser) -> None:
         type=integer_between(1, cpu_count, "this machine's CPUs"),
         help="CPU threads for torch (torch.set_num_threads; at most the CPUs; default: torch's own choice)",
     )
+    add_library_options(command)
+
+
+def add_library_options(command: argparse.ArgumentParser) -> None:
+    """``--config`` (a library model's config), ``--input-dtype`` and ``--input-range`` (token ids)."""
     command.add_argument("--config", help="library model config, e.g. n_layer=2,n_embd=64 (--model transformers:gpt2)")
     command.add_argument("--input-dtype", help="input dtype if not --dtype: int64 for token ids")
     command.add_argument("--input-range", help="integer inputs drawn from LOW,HIGH (default 0,vocab_size)")
@@ -127,6 +132,7 @@ __all__ = [
     "DEVICE_HELP",
     "DTYPES",
     "add_device_and_dtype",
+    "add_library_options",
     "add_model_and_input",
     "add_model_options",
     "build_model",

@@ -9,9 +9,18 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from remat.cli.args import check_paths, output_file, plot_file
-from remat.cli.options import DEVICE_HELP, add_device_and_dtype, add_model_and_input, check_input_fits
+from remat.cli.options import (
+    DEVICE_HELP,
+    add_device_and_dtype,
+    add_library_options,
+    add_model_and_input,
+    check_input_fits,
+)
 from remat.plots import save_figure
 from remat.schedules import RematError, format_size, parse_size, save_profile, save_schedule
 from remat.solver.plan import (
@@ -84,8 +93,8 @@ def _row(fit: Fit, label: str) -> str:
 def run(args: argparse.Namespace) -> int:
     """Profile, fit the growth, find each strategy's largest size and print (and write) the plan."""
     # these import torch: here, so that ``import remat.cli`` stays free of its ~1 s import
-    from remat.models.loading import parse_dtype, parse_shape, resolve_device
-    from remat.profile.batch import chain_profiler, parse_vary
+    from remat.models.loading import model_options, parse_dtype, parse_shape, resolve_device
+    from remat.profile.batch import NOMINAL_FLOP_PER_MS, chain_profiler, parse_vary
 
     check_paths(args, {}, {"-o": "output", "--save-profile": "save_profile", "--plot": "plot"})
     if args.device is not None and not args.measured:
@@ -100,21 +109,21 @@ def run(args: argparse.Namespace) -> int:
         raise RematError(f"--max-size: must be a positive integer, got {args.max_size}")
     mode = "measured" if args.measured else "meta"
     device = resolve_device(args.device) if mode == "measured" else None
+    dtype, options = parse_dtype(args.dtype), model_options(args)
     if device is not None and points:  # the largest input the profiles allocate, refused before it is
         largest = tuple(max(points) if axis == dim else n for axis, n in enumerate(shape))
-        check_input_fits(largest, parse_dtype(args.dtype), device)
-    profiler = chain_profiler(args.model, shape, dim, mode, parse_dtype(args.dtype), device)
-    growth = fit_growth(profiler, points, time_rtol=None if mode == "measured" else 1e-6, upper=args.max_size)
-    fixed, fixed_note = _fixed(args.fixed_bytes, growth.profiles[0])
-    budget = memory - fixed
-    if budget <= 0:
-        raise RematError(f"--fixed-bytes: {format_size(fixed)} leaves nothing of --memory {format_size(memory)}")
-    fits = {}
-    for name in PLAN_STRATEGIES:
-        fits[name], growth = confirmed_largest(growth, profiler, budget, allowed, name, upper=args.max_size)
+        check_input_fits(largest, options["input_dtype"] or dtype, device)
+    profiler = chain_profiler(args.model, shape, dim, mode, dtype, device, **options)
+    result = _planned(profiler, points, mode, memory, allowed, args.fixed_bytes, args.max_size)
+    growth, fits, fixed_note, budget = result.growth, result.fits, result.fixed_note, result.budget
     first = growth.profiles[0]
-    times = "times from FLOPs (meta tensors)" if mode == "meta" else f"measured on {first.metadata['device']}"
+    times = (
+        f"times from FLOPs at a nominal {NOMINAL_FLOP_PER_MS * 1000:.0e} FLOP/s (only their ratios matter)"
+        if mode == "meta"
+        else f"measured on {first.metadata['device']}"
+    )
     print(f"model        {args.model}, input {args.input_shape}, varying {what}; {first.length} stages")
+    print(f"cut          {first.metadata.get('cut', 'stages of the model')}")
     print(f"profiles     {mode}: sizes exact, {times}; at {what} {', '.join(map(str, growth.points))}")
     print(f"growth       {growth.kind} in {what}, every field checked against the other profiles (sizes exact)")
     for line in growth.describe():
@@ -137,6 +146,79 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         _plot(growth, budget, what, args)
     return 0
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """What a plan found: per strategy (``optimal``, ``chen-sqrt``, ``store-all``) the largest size
+    that fits (:class:`~remat.solver.plan.Fit`: size, schedule, overhead, why the next does not),
+    the growth model it was read from, and the memory split (bytes)."""
+
+    fits: dict[str, Fit]
+    growth: Any
+    memory: int
+    fixed: int
+    fixed_note: str
+    budget: int
+
+    @property
+    def size(self) -> int | None:
+        """The optimal schedule's largest size (None: not even the smallest fits)."""
+        return self.fits["optimal"].size
+
+    def profile(self) -> Any:
+        """The chain profile at :attr:`size` (predicted by the growth model, or a real one)."""
+        return self.growth.profile_at(self.size)
+
+
+def _planned(profiler, points, mode: str, memory: int, allowed: float, fixed_text: str, max_size: int) -> PlanResult:
+    """Fit the growth through ``profiler``'s profiles and find each strategy's confirmed largest size."""
+    growth = fit_growth(profiler, points, time_rtol=None if mode == "measured" else 1e-6, upper=max_size)
+    fixed, fixed_note = _fixed(str(fixed_text), growth.profiles[0])
+    budget = memory - fixed
+    if budget <= 0:
+        raise RematError(f"--fixed-bytes: {format_size(fixed)} leaves nothing of --memory {format_size(memory)}")
+    fits = {}
+    for name in PLAN_STRATEGIES:
+        fits[name], growth = confirmed_largest(growth, profiler, budget, allowed, name, upper=max_size)
+    return PlanResult(fits, growth, memory, fixed, fixed_note, budget)
+
+
+def plan(
+    model: Any,
+    example: Any,
+    memory: int | str,
+    *,
+    vary: int = 0,
+    max_overhead: float | str = 0.1,
+    fixed_bytes: int | str = "auto",
+    points: Sequence[int] | None = None,
+    max_size: int = DEFAULT_MAX_SIZE,
+) -> PlanResult:
+    """``remat plan`` in Python, on meta tensors: the largest size of dimension ``vary`` of the
+    example's tensors whose schedule fits ``memory`` with at most ``max_overhead`` over store-all.
+
+    Args:
+        model: an ``nn.Module`` on the meta device, or a function of no arguments that builds one
+            (called under ``torch.device("meta")``: no weights are allocated).
+        example: what ``remat.checkpoint`` would be given, on meta: a tensor, a tuple of inputs,
+            or a dict of keyword inputs (``{"input_ids": ids, "labels": ids}``); every tensor with
+            dimension ``vary`` grows along it (tensors that are one stay one).
+        memory: the device's bytes, or a size (``"80GiB"``).
+        max_overhead: a fraction (0.2) or a percentage (``"20%"``).
+        fixed_bytes: bytes outside the activations, or ``"auto"`` (4 x the parameters).
+        points: the sizes to profile (default 1x, 2x, 3x the example's).
+
+    The cut is remat.checkpoint's traced one, not proven (nothing computes on meta); sizes are
+    exact, times FLOPs at a nominal rate (docs/plan.md). ``result.fits["optimal"].schedule`` and
+    ``result.profile()`` are for the real run."""
+    from remat.profile.batch import example_profiler  # imports torch
+
+    allowed = parse_percent(max_overhead, "max_overhead") if isinstance(max_overhead, str) else float(max_overhead)
+    profiler, size = example_profiler(model, example, vary)
+    chosen = list(points) if points is not None else [m * size for m in POINT_MULTIPLES]
+    total = parse_size(memory) if isinstance(memory, str) else int(memory)
+    return _planned(profiler, chosen, "meta", total, allowed, str(fixed_bytes), max_size)
 
 
 def _plot(growth, budget: int, what: str, args: argparse.Namespace) -> None:
@@ -171,8 +253,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Profile MODEL at a few sizes of one input dimension, fit how its chain grows, and find the "
         "largest size whose optimal schedule (and Chen's sqrt(n), and store-all) fits --memory minus the fixed "
         "bytes with at most --max-overhead over store-all.",
-        epilog="example: remat plan --model remat.zoo.gpt2:gpt2_small --input-shape 1,1024,768 "
-        "--memory 80GB --max-overhead 10%",
+        epilog="examples: remat plan --model remat.zoo.gpt2:gpt2_small --input-shape 1,1024,768 "
+        "--memory 80GB --max-overhead 10%;  remat plan --model transformers:llama --config "
+        "hidden_size=4096,num_hidden_layers=32,num_attention_heads=32,intermediate_size=11008 --input-dtype int64 "
+        "--input-shape 1,2048 --vary dim=1 --memory 80GiB --fixed-bytes 54GB --max-overhead 20%",
     )
     add_model_and_input(plan)
     plan.add_argument("--vary", default="batch", help="batch (default) or dim=N: the input dimension to grow")
@@ -200,6 +284,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     mode.add_argument("--meta", action="store_true", help="profile on meta tensors, times from FLOPs (default)")
     mode.add_argument("--measured", action="store_true", help="profile on the device: measured times and sizes")
     add_device_and_dtype(plan, device_help=f"--measured: {DEVICE_HELP}")
+    add_library_options(plan)
     plan.add_argument("-o", "--output", type=output_file, help="write the optimal schedule at the planned size here")
     plan.add_argument(
         "--save-profile", type=output_file, help="write the chain profile at the planned size here (for remat execute)"
@@ -210,4 +295,4 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     plan.set_defaults(func=run)
 
 
-__all__ = ["add_parser", "parse_percent", "parse_points", "run"]
+__all__ = ["PlanResult", "add_parser", "parse_percent", "parse_points", "plan", "run"]

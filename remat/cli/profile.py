@@ -29,6 +29,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.graph and args.time_source is not None:
         raise RematError("--time-source: chooses a graph profile's node times; it does not apply without --graph")
     args.time_source = args.time_source or TIME_SOURCES[0]
+    if args.meta:
+        return _profile_meta(args)
 
     device = resolve_device(args.device)
     model, x = build_model(args, device)
@@ -62,12 +64,41 @@ def _profile_graph(args: argparse.Namespace, model, x, device, name: str) -> int
     return 0
 
 
+def _profile_meta(args: argparse.Namespace) -> int:
+    """``--meta``: the model built and profiled on meta tensors, as ``remat plan`` profiles it
+    (remat.profile.batch: the traced cut of remat.checkpoint, sizes exact, times from FLOPs)."""
+    import dataclasses
+
+    from remat.models.loading import model_options, parse_dtype, parse_shape
+    from remat.profile.batch import chain_profiler
+
+    for flag, given in (("--graph", args.graph), ("--compile", args.compile), ("--options", args.options)):
+        if given:
+            raise RematError(f"{flag}: does not apply with --meta (a chain profile on meta tensors)")
+    if args.device is not None:
+        raise RematError("--device: does not apply with --meta (meta tensors are on no device)")
+    shape = parse_shape(args.input_shape)
+    profile = chain_profiler(args.model, shape, 0, "meta", parse_dtype(args.dtype), None, **model_options(args))(
+        shape[0]
+    )
+    name = args.name or f"{args.model.split(':')[-1]}-b{shape[0]}-meta"
+    profile = dataclasses.replace(profile, name=name)
+    print(f"cut: {profile.metadata.get('cut')}")
+    print(f"times: {profile.metadata['timing']}")
+    return _report_chain(args, profile)
+
+
 def _profile_chain(args: argparse.Namespace, model, x, name: str) -> int:
     from remat.models.loading import chain_for
     from remat.profile.chain import profile_chain
 
     chain = compiled_if(args.compile, chain_for(model, x), x, args.options)
     profile = profile_chain(chain, x, name=name, repeats=args.repeats, progress=True, options=args.options)
+    return _report_chain(args, profile)
+
+
+def _report_chain(args: argparse.Namespace, profile) -> int:
+    """Write ``profile`` to ``-o`` and print its stages."""
     save_profile(profile, args.output)
     width = max(len(s.name) for s in profile.stages)
     header = ("fwd ms", "bwd ms", "output", "saved", "fwd tmp", "bwd tmp")
@@ -119,6 +150,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="chain: run every stage through torch.compile (inductor), checked against the eager stage "
         "(docs/executor.md; off by default)",
+    )
+    profile_cmd.add_argument(
+        "--meta",
+        action="store_true",
+        help="chain: build and profile the model on meta tensors (no weights, no data: any size, in seconds): "
+        "sizes exact, times from FLOPs at a nominal rate, the cut not proven (docs/plan.md)",
     )
     profile_cmd.add_argument("--name", help="profile name (default: factory-bBATCH-device)")
     profile_cmd.add_argument("-o", "--output", type=output_file, required=True, help="write the profile JSON here")

@@ -16,6 +16,8 @@ torchvision is imported through :mod:`remat.models.compat` (CPU torch next to CU
 from __future__ import annotations
 
 import importlib
+import json
+from pathlib import Path
 from typing import Any
 
 from torch import nn
@@ -46,9 +48,12 @@ def _value(text: str) -> Any:
 
 
 def parse_config(text: str | None) -> dict[str, Any]:
-    """``"n_layer=2,n_embd=64,activation=gelu"`` -> ``{"n_layer": 2, "n_embd": 64, "activation": "gelu"}``."""
+    """``"n_layer=2,n_embd=64,activation=gelu"`` -> ``{"n_layer": 2, "n_embd": 64, "activation": "gelu"}``;
+    a path ending in ``.json`` (a Hugging Face ``config.json``, or any JSON object) -> its fields."""
     if not text:
         return {}
+    if text.strip().lower().endswith(".json"):
+        return _config_file(Path(text.strip()))
     config: dict[str, Any] = {}
     for part in text.split(","):
         key, sep, value = part.partition("=")
@@ -56,6 +61,18 @@ def parse_config(text: str | None) -> dict[str, Any]:
             raise RematError(f"--config: expected key=value pairs separated by commas, got {part!r}")
         config[key.strip()] = _value(value)
     return config
+
+
+def _config_file(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise RematError(f"--config: no such file '{path}'") from None
+    except (OSError, ValueError) as error:
+        raise RematError(f"--config: cannot read '{path}' as JSON ({error})") from None
+    if not isinstance(data, dict):
+        raise RematError(f"--config: '{path}' holds a JSON {type(data).__name__}, not an object of config fields")
+    return data
 
 
 def _import(library: str) -> Any:
@@ -75,6 +92,9 @@ def _import(library: str) -> Any:
 
 
 def _transformers_model(module: Any, name: str, config: dict[str, Any]) -> nn.Module:
+    stated = config.pop("model_type", name)  # a config.json names its model type
+    if stated != name:
+        raise RematError(f"--config: the config is for model type '{stated}', not '{name}' (use transformers:{stated})")
     try:
         cfg = module.AutoConfig.for_model(name, **{"use_cache": False, **config})
     except (ValueError, KeyError) as error:

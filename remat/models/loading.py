@@ -179,6 +179,36 @@ def build(
     return model, x
 
 
+def takes_labels(model: nn.Module) -> bool:
+    """A Hugging Face model whose forward takes ``labels`` of the token ids' shape (causal, masked
+    and sequence-to-sequence LM heads): its training step is its own loss on them."""
+    import inspect
+
+    if getattr(model, "config", None) is None or not type(model).__module__.startswith("transformers."):
+        return False
+    try:
+        return "labels" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def example_call(
+    model: nn.Module,
+    shape: Sequence[int],
+    device: torch.device,
+    dtype: torch.dtype,
+    input_dtype: torch.dtype | None = None,
+    input_range: tuple[int, int] | None = None,
+) -> tuple[tuple, dict[str, Any]]:
+    """The example call ``(args, kwargs)`` of ``model`` that remat.checkpoint's example would be:
+    ``{"input_ids": ids, "labels": ids}`` for token ids of a Hugging Face LM (its loss is the
+    step), else the one input ``(x,)`` (:func:`build`'s). On ``device`` meta the tensors have no data."""
+    x = _example_input(model, shape, device, input_dtype or dtype, input_range)
+    if not x.is_floating_point() and takes_labels(model):
+        return (), {"input_ids": x, "labels": x}
+    return (x,), {}
+
+
 def chain_for(model: nn.Module, x: torch.Tensor) -> nn.Module:
     """``model`` as a chain proven equal to it on ``x`` (docs/models.md).
 
@@ -214,6 +244,7 @@ __all__ = [
     "FLOAT_DTYPES",
     "build",
     "chain_for",
+    "example_call",
     "float_dtype",
     "load_model",
     "model_options",
@@ -222,4 +253,5 @@ __all__ = [
     "parse_input_range",
     "parse_shape",
     "resolve_device",
+    "takes_labels",
 ]

@@ -16,17 +16,26 @@ Units: bytes, milliseconds, FLOPs.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
+from torch.utils import _pytree as pytree
 
-from remat.models.loading import build, load_model
+from remat.models.loading import chain_for, example_call, load_model
+from remat.models.meta import AttentionKernelAsOnCpu, count_cpu_flash_attention_flops, transformers_decisions_on_meta
 from remat.profile.chain import profile_chain
 from remat.profile.flops import stage_flops
 from remat.profile.stage import ModelState
 from remat.schedules import ChainProfile, RematError
+from remat.trace.capture import TrainingStep
 from remat.trace.chain import Chain, as_chain
+from remat.trace.cut import CutChain, cut_step
+from remat.trace.fuse import fuse_unsaved_handoffs
+from remat.trace.proof import cut_model
 
 NOMINAL_FLOP_PER_MS = 1e9  # 1 TFLOP/s; sets the unit of meta-profile times only
 MODES = ("meta", "measured")
@@ -81,8 +90,8 @@ def _guarded(profile: Callable[[int], ChainProfile], what: str) -> Callable[[int
     def run(x: int) -> ChainProfile:
         try:
             return profile(x)
-        except RematError:
-            raise
+        except RematError as error:  # a cut at this size (a trace the model's code refuses), one line already
+            raise RematError(f"profiling the model at {what} = {x} failed: {error}") from None
         except (RuntimeError, ValueError, IndexError) as error:
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise RematError(f"profiling the model at {what} = {x} failed: {first}") from None
@@ -90,35 +99,185 @@ def _guarded(profile: Callable[[int], ChainProfile], what: str) -> Callable[[int
     return run
 
 
+def _stated(model: nn.Module) -> bool:
+    """Stages the user stated (a chain, ``nn.Sequential``, a module list, ``remat_stages()``): used
+    as they are, as :func:`remat.models.loading.chain_for` does (and proves on a real device)."""
+    return isinstance(model, (Chain, nn.Sequential, nn.ModuleList)) or hasattr(model, "remat_stages")
+
+
+@dataclass(frozen=True)
+class SizedChain:
+    """The chain that runs one size's call: its stages, the chain input a_0, whether stage 0's
+    backward computes a_0's gradient (the profile's ``input_grad``) and how it was cut (a note)."""
+
+    chain: Chain
+    a0: torch.Tensor
+    input_grad: bool
+    cut: str
+
+
+TRACED_ON_META = (
+    "traced (TorchDynamo) and cut as remat.checkpoint cuts it, on meta: not proven there (nothing "
+    "computes on meta); the real run proves the same cut"
+)
+
+
+class _Cuts:
+    """The model's chain at each size of the varied dimension (docs/plan.md, "How").
+
+    Stages the user stated (:func:`_stated`, one float input) are used as they are, as ``remat
+    execute`` uses them (proven by ``chain_for`` with ``measured``). Any other model (a library
+    model, one a name hint would cut) is cut from its traced training step as ``remat.checkpoint``
+    cuts it: on meta by :func:`remat.trace.cut.cut_step` then
+    :func:`remat.trace.fuse.fuse_unsaved_handoffs`, traced once general in the varied dimension
+    where the model lets it (NOTE [Dimensions a trace is general in]) and again at a size its
+    guard refuses, not proven (nothing computes on meta); ``measured``: by ``cut_model`` (the same,
+    proven) at each size."""
+
+    def __init__(self, model: nn.Module, call_at: Callable[[int], tuple[tuple, dict]], dim: int, mode: str) -> None:
+        self.model, self.call_at, self.dim, self.mode = model, call_at, dim, mode
+        self.traced: list[CutChain] = []
+        self.fixed: Chain | None = None  # a chain for every size (stated, or proven hinted)
+
+    def at(self, x: int) -> SizedChain:
+        args, kwargs = self.call_at(x)
+        single = not kwargs and len(args) == 1 and args[0].is_floating_point()
+        if self.mode == "meta":
+            if single and _stated(self.model):
+                return SizedChain(as_chain(self.model), args[0], True, "stated stages, used as they are")
+            return self._traced_on_meta(args, kwargs)
+        if single and _stated(self.model):
+            if self.fixed is None:
+                self.fixed = chain_for(self.model, args[0])  # proven equal to the model on this size
+            return SizedChain(self.fixed, args[0], True, "stated stages, proven equal to the model")
+        chain = cut_model(self.model, args, kwargs)
+        a0 = chain.bind(*args, **kwargs)
+        return SizedChain(chain, a0, a0.requires_grad, "traced (TorchDynamo), proven equal to the model")
+
+    def _traced_on_meta(self, args: tuple, kwargs: dict) -> SizedChain:
+        for chain in self.traced:
+            try:
+                a0 = chain.bind(*args, **kwargs)
+            except RematError:  # another size than this cut is for (its guard, or specialised)
+                continue
+            return SizedChain(chain, a0, a0.requires_grad, TRACED_ON_META)
+        leaves = pytree.tree_leaves((args, kwargs, None))
+        grows = [i for i, t in enumerate(leaves) if isinstance(t, torch.Tensor) and t.dim() > self.dim]
+        dynamic = frozenset((i, self.dim) for i in grows)
+        with transformers_decisions_on_meta():
+            chain = cut_step(TrainingStep(self.model), args, kwargs, None, dynamic)
+            chain = fuse_unsaved_handoffs(chain, args, kwargs)
+        self.traced.append(chain)
+        a0 = chain.bind(*args, **kwargs)
+        return SizedChain(chain, a0, a0.requires_grad, TRACED_ON_META)
+
+
 def chain_profiler(
-    spec: str, shape: Sequence[int], dim: int, mode: str, dtype: torch.dtype, device: torch.device
+    spec: str,
+    shape: Sequence[int],
+    dim: int,
+    mode: str,
+    dtype: torch.dtype,
+    device: torch.device | None,
+    config: dict[str, Any] | None = None,
+    input_dtype: torch.dtype | None = None,
+    input_range: tuple[int, int] | None = None,
 ) -> Callable[[int], ChainProfile]:
-    """A function ``x -> profile of the model at input shape[dim] = x`` (the model is built once)."""
+    """A function ``x -> profile of the model at input shape[dim] = x`` (the model is built once,
+    each size profiled once). ``config``, ``input_dtype`` and ``input_range``: a library model's
+    config and integer (token id) inputs, as ``remat profile`` takes them."""
+    if mode not in MODES:
+        raise RematError(f"profile mode must be one of {', '.join(MODES)}, got {mode!r}")
     factory = spec.split(":")[-1]
+    where = torch.device("meta") if mode == "meta" else device
+    torch.manual_seed(0)
     if mode == "meta":
         with torch.device("meta"):
-            model = load_model(spec)
-        model = model.to(dtype=dtype).train()
-        chain = as_chain(model)
+            model = load_model(spec, config)
+    else:
+        model = load_model(spec, config)
+    model = model.to(device=where, dtype=dtype).train()
 
-        def profile_meta(x: int) -> ChainProfile:
-            example = torch.empty(shape_at(shape, dim, x), device="meta", dtype=dtype)
-            note = f"FLOPs (torch FlopCounterMode on meta) / nominal {NOMINAL_FLOP_PER_MS:.0e} FLOP per ms"
-            return profile_chain(chain, example, name=f"{factory}-meta", stage_times=flop_times, timing_note=note)
-
-        return _guarded(profile_meta, f"input dimension {dim}")
-    if mode != "measured":
-        raise RematError(f"profile mode must be one of {', '.join(MODES)}, got {mode!r}")
-    model, example = build(spec, shape, device, dtype)
-    chain = as_chain(model)
-    check_chain_matches(model, chain, example)
-
-    def profile_measured(x: int) -> ChainProfile:
+    def call_at(x: int) -> tuple[tuple, dict]:
         torch.manual_seed(0)
-        example = torch.randn(shape_at(shape, dim, x), device=device, dtype=dtype)
-        return profile_chain(chain, example, name=f"{factory}-{device.type}", repeats=3)
+        return example_call(model, shape_at(shape, dim, x), where, dtype, input_dtype, input_range)
 
-    return _guarded(profile_measured, f"input dimension {dim}")
+    cuts = _Cuts(model, call_at, dim, mode)
+    done: dict[int, ChainProfile] = {}
+
+    def profile_at(x: int) -> ChainProfile:
+        if x not in done:
+            sized = cuts.at(x)
+            done[x] = _profiled(sized, f"{factory}-{where.type}", mode)
+        return done[x]
+
+    return _guarded(profile_at, f"input dimension {dim}")
 
 
-__all__ = ["MODES", "NOMINAL_FLOP_PER_MS", "chain_profiler", "check_chain_matches", "flop_times", "parse_vary"]
+def example_profiler(model: Any, example: Any, dim: int) -> tuple[Callable[[int], ChainProfile], int]:
+    """For ``model`` on meta (or a function of no arguments building it, called under
+    ``torch.device("meta")``) and an ``example`` call on meta (a tensor, a tuple of inputs or a
+    dict of keyword inputs): a function ``x -> profile at size x of dimension dim`` of every example
+    tensor that has it (aliases kept), and the example's size there."""
+    if not isinstance(model, nn.Module):
+        if not callable(model):
+            raise RematError(f"model: expected a module on meta or a function building one, got {type(model).__name__}")
+        with torch.device("meta"):
+            model = model()
+        if not isinstance(model, nn.Module):
+            raise RematError(f"model: the factory returned a {type(model).__name__}, not a torch.nn.Module")
+    if any(t.device.type != "meta" for t in (*model.parameters(), *model.buffers())):
+        raise RematError("model: plan(...) runs on meta: build the model under torch.device('meta') (no weights)")
+    leaves, spec = pytree.tree_flatten(example)
+    grown = [t for t in leaves if isinstance(t, torch.Tensor) and t.dim() > dim]
+    if not grown or any(t.device.type != "meta" for t in leaves if isinstance(t, torch.Tensor)):
+        raise RematError(f"example: needs tensors on meta with a dimension {dim} (torch.empty(..., device='meta'))")
+    model.train()
+
+    def call_at(x: int) -> tuple[tuple, dict]:
+        made: dict[int, torch.Tensor] = {}
+        for t in grown:
+            made.setdefault(id(t), torch.empty(shape_at(t.shape, dim, x), dtype=t.dtype, device="meta"))
+        call = pytree.tree_unflatten([made.get(id(t), t) for t in leaves], spec)
+        if isinstance(call, dict):
+            return (), dict(call)
+        return (tuple(call) if isinstance(call, (tuple, list)) else (call,)), {}
+
+    cuts = _Cuts(model, call_at, dim, "meta")
+    done: dict[int, ChainProfile] = {}
+    name = f"{type(model).__name__.lower()}-meta"
+
+    def profile_at(x: int) -> ChainProfile:
+        if x not in done:
+            done[x] = _profiled(cuts.at(x), name, "meta")
+        return done[x]
+
+    return _guarded(profile_at, f"input dimension {dim}"), int(grown[0].shape[dim])
+
+
+def _profiled(sized: SizedChain, name: str, mode: str) -> ChainProfile:
+    """``sized``'s chain profiled on its a_0 (on meta: FLOP times, attention as on the CPU)."""
+    if mode == "meta":
+        count_cpu_flash_attention_flops()
+        note = f"FLOPs (torch FlopCounterMode on meta) / nominal {NOMINAL_FLOP_PER_MS:.0e} FLOP per ms"
+        with AttentionKernelAsOnCpu():
+            profile = profile_chain(
+                sized.chain, sized.a0, name=name, stage_times=flop_times, timing_note=note, input_grad=sized.input_grad
+            )
+        extra = {"attention": "scaled_dot_product_attention as the CPU chooses its kernel (remat.models.meta)"}
+    else:
+        profile = profile_chain(sized.chain, sized.a0, name=name, repeats=3, input_grad=sized.input_grad)
+        extra = {}
+    return dataclasses.replace(profile, metadata={**profile.metadata, "cut": sized.cut, **extra})
+
+
+__all__ = [
+    "MODES",
+    "NOMINAL_FLOP_PER_MS",
+    "SizedChain",
+    "chain_profiler",
+    "check_chain_matches",
+    "example_profiler",
+    "flop_times",
+    "parse_vary",
+]

@@ -11,7 +11,8 @@ Accepted shapes, tried in this order by :func:`as_chain`:
   or timm's ``act1`` for ``relu``),
   cut at its residual blocks: ``stem``, every block of every ``layerK``, ``head``;
 * a transformer-style net with a ``blocks`` (or ``layers``) ``nn.ModuleList`` and optional
-  ``embed`` before it and ``norm``/``head`` after it, cut at its blocks.
+  ``embed`` before it and ``norm``/``head`` after it, cut at its blocks; only when these are all
+  its children (a ``stem`` or any other layer would be left out of the stages).
 
 The name-based shapes are hints only: the CLI and :func:`remat.checkpoint` run a chain only
 after :func:`remat.trace.proof.prove_chain` showed it equal to the model (docs/models.md).
@@ -99,6 +100,8 @@ def _transformer_stages(model: nn.Module) -> list[tuple[str, nn.Module]] | None:
     blocks_name = next((n for n in ("blocks", "layers") if isinstance(getattr(model, n, None), nn.ModuleList)), None)
     if blocks_name is None:
         return None
+    if any(name not in ("embed", blocks_name, "norm", "head") for name, _ in model.named_children()):
+        return None  # a layer the hint does not know (a ``stem``): the stages would leave it out
     stages: list[tuple[str, nn.Module]] = []
     embed = getattr(model, "embed", None)
     if isinstance(embed, nn.Module):

@@ -236,7 +236,7 @@ def test_attention_is_quadratic_in_the_sequence_length() -> None:
 def test_cli_plan_output_and_plot(tmp_path, capsys) -> None:
     plot = tmp_path / "plan.png"
     args = ["plan", "--model", "remat.zoo.small:cnn", "--input-shape", "4,3,16,16", "--memory", "20MB"]
-    assert main([*args, "--max-overhead", "30%", "--plot", str(plot)]) == 0
+    assert main([*args, "--max-overhead", "40%", "--plot", str(plot)]) == 0  # chen-sqrt costs +33% here
     out = capsys.readouterr().out
     assert "growth       linear" in out and "4 x " in out and "confirmed" in out
     for name in ("optimal", "chen-sqrt", "store-all"):
@@ -271,10 +271,10 @@ def test_sizes_the_model_cannot_take_are_one_line_errors_unless_excluded(capsys)
     assert err.startswith("remat: error: profiling the model at input dimension 1 =") and "\n" not in err
     assert main([*args, "--max-size", "64"]) == 0
     out = capsys.readouterr().out
-    # the embedding's backward transient is a maximum of two lines: undecided at 64, the largest
-    # size a search may ask for, it is interpolated between the profiled sizes, never profiled at 80
-    assert "quadratic with piecewise-linear fields in dim 1" in out and "65 not searched" in out
-    assert "piecewise linear: 1 fields (stage 0 (embed) backward_overhead)" in out
+    # 64, the largest size a search may ask for, is profiled; 80 (the next point a fit would ask
+    # for) never is: the search ends at --max-size
+    assert "growth       quadratic" in out and "in dim 1" in out and "65 not searched" in out
+    assert "at dim 1 16, 32, 48, 64\n" in out
 
 
 @pytest.mark.slow
