@@ -162,7 +162,7 @@ def sizes(name: str, quick: bool) -> dict:
         "llama": {"layers": 6, "hidden": 256, "heads": 4, "intermediate": 688, "vocab": 2048, "seq": 1024},
         "resnet": {"arch": "resnet50", "batch": 16, "image": 128, "classes": 10},
         "resmlp": {"blocks": 200, "width": 128, "hidden": 512, "batch": 512, "classes": 10},
-        "lstm": {"features": 128, "hidden": 128, "batch": 128, "seq": 256, "classes": 10},
+        "lstm": {"features": 128, "hidden": 128, "batch": 256, "seq": 256, "classes": 10},
     }
     tiny = {
         "llama": {"layers": 2, "hidden": 32, "heads": 2, "intermediate": 64, "vocab": 128, "seq": 64},
@@ -261,6 +261,14 @@ def status(field: str) -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1]) * 1024
     raise KeyError(field)
+
+
+def growth(base: int, peak_before: int) -> int | None:
+    """The address space a block grew by above ``base`` (bytes): VmPeak now minus ``base``, or None
+    when VmPeak did not pass ``peak_before`` (its value when the block began; the kernel keeps no
+    way to reset it, so a peak from before, e.g. building the model, would hide the block's)."""
+    peak = status("VmPeak")
+    return peak - base if peak > peak_before else None
 
 
 def reset_peak_rss() -> None:
@@ -366,11 +374,12 @@ def warm_up_imports() -> None:
 
 
 def set_cap(allowance: int) -> dict:
-    """RLIMIT_AS at the address space now plus ``allowance`` (bytes); returns both."""
+    """RLIMIT_AS at the address space now plus ``allowance`` (bytes); returns both, and VmPeak then."""
     gc.collect()
     base = status("VmSize")
     resource.setrlimit(resource.RLIMIT_AS, (base + allowance, resource.RLIM_INFINITY))
-    return {"base_address_space": base, "cap": base + allowance, "allowance": allowance}
+    return {"base_address_space": base, "cap": base + allowance, "allowance": allowance,
+            "peak_at_cap": status("VmPeak")}  # fmt: skip
 
 
 def child_reference(case: Case, work: Path) -> dict:
@@ -382,14 +391,14 @@ def child_reference(case: Case, work: Path) -> dict:
     state = {k: v.clone() for k, v in case.model.state_dict().items()}
     opt = make_optimizer(case.model)
     warm_up_meter()
-    base = status("VmSize")
+    base, before = status("VmSize"), status("VmPeak")
     out: dict[str, Any] = {"a0": a0}
     plain = lambda: case.plain_loss(0)  # noqa: E731
     with per_block(case):  # the first run is in it: first-run allocations (oneDNN, autograd) are a step's too
         timed_steps(case.model, plain)
-    out["per_block_address_space"] = status("VmPeak") - base
+    out["per_block_address_space"] = growth(base, before) or 0  # hidden by an earlier peak: the allocator's
     out["plain_ms"] = timed_steps(case.model, plain)
-    out["plain_address_space"] = status("VmPeak") - base  # the most so far: the plain step needs more
+    out["plain_address_space"] = growth(base, before) or 0  # the most so far: the plain step needs more
     with per_block(case):
         zero_grads(case.model)
         out["per_block_peak"] = metered_step(plain)[0] + a0
@@ -415,7 +424,7 @@ def child_baselines(case: Case, allowance: int) -> dict:
         out["per_block_fits"] = True
     except Exception as error:  # noqa: BLE001 - the row says why
         out["per_block_fits"], out["per_block_error"] = False, one_line(error)
-    out["per_block_address_space"] = status("VmPeak") - out["base_address_space"]
+    out["per_block_address_space"] = growth(out["base_address_space"], out["peak_at_cap"])
     gc.collect()
     zero_grads(case.model)
     try:
@@ -452,7 +461,7 @@ def child_remat(case: Case, allowance: int, budget: int, work: Path) -> dict:
     out["first_call"] = {
         "seconds": time.perf_counter() - begin,
         "rss_growth": status("VmHWM") - rss,
-        "address_space_growth": status("VmPeak") - out["base_address_space"],
+        "address_space_growth": growth(out["base_address_space"], out["peak_at_cap"]),
     }
 
     def call(k: int) -> Any:
@@ -465,7 +474,7 @@ def child_remat(case: Case, allowance: int, budget: int, work: Path) -> dict:
     except Exception as error:  # noqa: BLE001
         out["step_failed"] = f"under the cap: {one_line(error)}"
         return out
-    out["steps_address_space_growth"] = status("VmPeak") - out["base_address_space"]
+    out["steps_address_space_growth"] = growth(out["base_address_space"], out["peak_at_cap"])
     resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     a0 = wrapped.profile.input_size
     steps = out["steps"] = []
@@ -525,13 +534,20 @@ def run_child(role: str, row: str, quick: bool, work: Path, timeout: float, **ex
     return {"failed": f"{role} child exited {done.returncode}: {lines[-1][:300] if lines else 'no output'}"}
 
 
+def needs(reference: dict) -> tuple[int, int]:
+    """What per-block checkpointing's step and the plain step need above the cap's base (bytes):
+    the larger of the allocator's peak (less a_0, which is in the base) and the address space the
+    step grew by."""
+    a0 = reference["a0"]
+    return (max(reference["per_block_peak"] - a0, reference["per_block_address_space"]),
+            max(reference["plain_peak"] - a0, reference["plain_address_space"]))  # fmt: skip
+
+
 def choose_allowance(reference: dict, slack: int) -> int:
-    """The cap above the base (bytes): per-block checkpointing's need (the larger of its allocator
-    peak and the address space it grew by) plus 5% and ``slack`` (bytes: Python's own objects),
-    raised to a third of the plain step's need where that is more, so that the plain step needs
-    2-3x it (the row's ``plain_over_allowance`` says how much it needs)."""
-    per_block = max(reference["per_block_peak"], reference["per_block_address_space"])
-    plain = max(reference["plain_peak"], reference["plain_address_space"])
+    """The cap above the base (bytes): per-block checkpointing's need (:func:`needs`) plus 5% and
+    ``slack`` (bytes: Python's own objects), raised to a third of the plain step's need where that
+    is more, so that the plain step needs 2-3x it (the row's ``plain_over_allowance`` says how much)."""
+    per_block, plain = needs(reference)
     return max(int(per_block * 1.05) + slack, plain // 3)
 
 
@@ -612,7 +628,7 @@ def measure_row(name: str, quick: bool, timeout: float, slack: int) -> dict:
             row["verdict"] = row_verdict(row)
             return row
         allowance = row["allowance"] = choose_allowance(reference, slack)
-        row["plain_over_allowance"] = max(reference["plain_peak"], reference["plain_address_space"]) / allowance
+        row["plain_over_allowance"] = needs(reference)[1] / allowance
         row["baselines"] = run_child("baselines", name, quick, work, timeout, allowance=allowance)
         room = allowance - reference["per_block_peak"]  # what the cap grants beyond per-block's peak
         budget = reference["per_block_peak"]
@@ -642,7 +658,8 @@ def _budget_cells(cell: dict, per_block_ms: float | None) -> list[str]:
     if "failed" in cell or "failed" in first:
         why = (cell.get("failed") or first.get("failed", "")).replace("|", "/")
         return [f"**failed**: {why}", "—", "—", "—"]
-    first_text = (f"{_mib(first['rss_growth'])} RSS / {_mib(first['address_space_growth'])} AS, "
+    space = first.get("address_space_growth")
+    first_text = (f"{_mib(first['rss_growth'])} RSS / {_mib(space)} AS, "
                   f"{first['seconds']:.0f} s")  # fmt: skip
     steps = cell.get("steps", [])
     step_text = ", ".join(f"{_mib(s['measured'])} vs {_mib(s['predicted'])}" for s in steps) or "—"

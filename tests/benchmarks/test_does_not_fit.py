@@ -97,8 +97,10 @@ def test_the_table_has_a_line_per_budget_and_keeps_failures_in_their_cell() -> N
 
 def test_the_allowance_fits_per_block_and_leaves_the_plain_step_two_to_three_times_over() -> None:
     reference = {"plain_peak": 300 * MiB, "plain_address_space": 310 * MiB, "per_block_peak": 80 * MiB,
-                 "per_block_address_space": 90 * MiB}  # fmt: skip
+                 "per_block_address_space": 90 * MiB, "a0": 16 * MiB}  # fmt: skip
     assert dnf.choose_allowance(reference, 10 * MiB) == int(90 * MiB * 1.05) + 10 * MiB
+    reference["per_block_peak"] = 110 * MiB  # the allocator saw more; less a_0, which is in the cap's base
+    assert dnf.choose_allowance(reference, 10 * MiB) == int(94 * MiB * 1.05) + 10 * MiB
     reference["plain_address_space"] = 900 * MiB  # the plain step needs far more: a third of it
     assert dnf.choose_allowance(reference, 10 * MiB) == 300 * MiB
 
