@@ -276,11 +276,12 @@ room cannot import the runtime's policies, so the caller that offers options han
 
 def prove_cut(
     step: TrainingStep, chain: CutChain, args: tuple, kwargs: dict, target: Any = None,
-    options: StageOptions | None = None,
+    options: StageOptions | None = None, chain_step: Callable[[], torch.Tensor] | None = None,
 ) -> None:  # fmt: skip
     """Refuse (one-line :class:`RematError`) unless ``chain`` trains exactly like ``step`` and every
     stage runs as the replay runs it, any number of times (:func:`check_forward_kinds`, with the
-    recording ``options`` the chain will offer)."""
+    recording ``options`` the chain will offer). ``chain_step``: what runs the chain's half of the
+    step (the replay of the schedule that will train; default ``chain.run`` on the call)."""
     shared = shared_change(chain.plan)
     if shared is not None:
         k, side, op, j = shared
@@ -296,7 +297,7 @@ def prove_cut(
         ref = one_step(step, lambda: step(args, kwargs, target))
         saved.reset()
         try:
-            got = one_step(step, lambda: chain.run(*args, target=target, **kwargs))
+            got = one_step(step, chain_step or (lambda: chain.run(*args, target=target, **kwargs)))
         except RematError:
             raise
         except Exception as error:  # noqa: BLE001 - the user's model failed inside a stage: one line
@@ -484,12 +485,13 @@ def check_forward_kinds(
 
 def cut_model(
     model: nn.Module, args: tuple, kwargs: dict, loss: Callable[..., torch.Tensor] | None = None, target: Any = None,
-    options: StageOptions | None = None, dynamic: frozenset[tuple[int, int]] = frozenset(),
+    options: StageOptions | None = None, dynamic: frozenset[tuple[int, int]] = frozenset(), prove: bool = True,
 ) -> CutChain:  # fmt: skip
     """Trace, cut and prove ``model``'s training step on the example ``(args, kwargs)``; ``options``:
     the recording options the chain will offer, proven too (:func:`check_forward_kinds`);
     ``dynamic``: input dimensions to keep general where the model lets it
-    (NOTE [Dimensions a trace is general in]; the cut is proven on this example's sizes only)."""
+    (NOTE [Dimensions a trace is general in]; the cut is proven on this example's sizes only);
+    ``prove=False``: the fused chain unproven (the caller proves it with :func:`prove_cut`)."""
     step = TrainingStep(model, loss)
     saved = _Saved(step)
     try:
@@ -500,7 +502,8 @@ def cut_model(
         chain = fuse_unsaved_handoffs(chain, args, kwargs, target)
     finally:
         saved.restore()
-    prove_cut(step, chain, args, kwargs, target, options)
+    if prove:
+        prove_cut(step, chain, args, kwargs, target, options)
     return chain
 
 
