@@ -19,7 +19,7 @@ import torch
 
 from remat.schedules import RematError, format_size
 
-_PHRASES = ("can't allocate memory", "out of memory", "std::bad_alloc", "not enough memory")
+_PHRASES = ("can't allocate memory", "out of memory", "std::bad_alloc", "not enough memory", "defaultcpuallocator")
 _CPU_BYTES = re.compile(r"tried to allocate (\d+) bytes", re.IGNORECASE)
 _CUDA_SIZE = re.compile(r"tried to allocate ([\d.]+) ?(bytes|B|KiB|MiB|GiB|TiB)\b", re.IGNORECASE)
 _UNITS = {"bytes": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
@@ -36,12 +36,18 @@ class OutOfMemory(RematError):  # noqa: N818 - named for what the user reads, as
 
 
 def _chain(error: BaseException | None) -> Iterator[BaseException]:
-    """``error``, then its causes and contexts, each once."""
+    """``error``, then every exception it was raised from or while handling (``__cause__``,
+    ``__context__``, and dynamo's ``inner_exception`` of ``BackendCompilerFailed``), each once."""
     seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        yield error
-        error = error.__cause__ if error.__cause__ is not None else error.__context__
+    stack: list[BaseException | None] = [error]
+    while stack:
+        current = stack.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        inner = getattr(current, "inner_exception", None)
+        stack += [inner if isinstance(inner, BaseException) else None, current.__context__, current.__cause__]
 
 
 def _says_out_of_memory(error: BaseException) -> bool:
@@ -56,7 +62,8 @@ def _says_out_of_memory(error: BaseException) -> bool:
 def is_out_of_memory(error: BaseException) -> bool:
     """True when ``error`` is an allocation failure, or was raised while handling one (its
     ``__cause__``/``__context__`` chain holds ``MemoryError``, ``torch.OutOfMemoryError`` or a
-    ``RuntimeError`` saying "can't allocate memory", "out of memory" or "std::bad_alloc")."""
+    ``RuntimeError`` saying "can't allocate memory", "out of memory", "std::bad_alloc" or naming
+    ``DefaultCPUAllocator``)."""
     return any(_says_out_of_memory(e) for e in _chain(error))
 
 
