@@ -88,6 +88,8 @@ MIN_POINTS = 3  # fit_growth fits 2 sizes and checks 1 at the least
 # measured: with the traced call, the 5 sizes fit_growth needs to tell every degree up to 3
 SAMPLE_SIXTEENTHS = (8, 4, 2, 1, 12, 6, 14, 10)
 SAMPLES = 4
+# the proof's parts an out-of-memory line names (remat.trace.proof's functions)
+PROOF_PARTS = {"check_forward_kinds": "checking each stage's forward kinds", "one_step": "running one training step"}
 
 
 @dataclass(frozen=True)
@@ -326,7 +328,7 @@ class ShapeCuts:
 
     def _proven(self, cut: ShapeCut, call: tuple, fit: Fit | None, step: Callable | None) -> None:
         """``cut`` proven equal to the model on ``call``, its chain's half run by ``step``."""
-        with memory_phase("proving the cut equal to the model", _budget(fit)):
+        with memory_phase("proving the cut equal to the model", _budget(fit), parts=PROOF_PARTS):
             self._prove(cut.chain, *call, step)
 
     def _served(self, signature: Signature, args: tuple, kwargs: dict, target: Any, fit: Fit | None) -> ShapeCut | None:

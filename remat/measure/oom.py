@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import torch
 
@@ -110,12 +110,27 @@ def out_of_memory(error: BaseException, phase: str, budget: int | str | None, hi
     return OutOfMemory(message, phase, asked, budget_bytes)
 
 
+def _innermost(error: BaseException, parts: Mapping[str, str]) -> str | None:
+    """The part (``parts``: function name -> what it does) innermost on ``error``'s tracebacks."""
+    found = None
+    for e in _chain(error):
+        tb = e.__traceback__
+        while tb is not None:
+            found = parts.get(tb.tb_frame.f_code.co_name, found)
+            tb = tb.tb_next
+    return found
+
+
 @contextlib.contextmanager
-def memory_phase(phase: str, budget: int | str | None, hint: str | None = None) -> Iterator[None]:
+def memory_phase(
+    phase: str, budget: int | str | None, hint: str | None = None, parts: Mapping[str, str] | None = None
+) -> Iterator[None]:
     """Inside: an allocation failure (anywhere in an error's chain, :func:`is_out_of_memory`)
     leaves as one :class:`OutOfMemory` line: ``out of memory while <phase> (<bytes> asked for;
     budget <bytes> = <size>): <what to do>`` (``hint``, else advice from the numbers). ``budget``:
-    bytes, a text for a budget not yet in bytes ("40% of the store-all peak"), or None. An
+    bytes, a text for a budget not yet in bytes ("40% of the store-all peak"), or None.
+    ``parts``: function name -> the part of the phase it is; the one innermost on the failure's
+    traceback is named after the phase ("proving the cut, checking each stage's forward kinds"). An
     :class:`OutOfMemory` of an inner phase passes unchanged; any other error too. The failure's
     traceback (and the tensors its frames hold) is dropped: only the line is kept."""
     try:
@@ -125,7 +140,8 @@ def memory_phase(phase: str, budget: int | str | None, hint: str | None = None) 
     except Exception as error:  # noqa: BLE001 - only allocation failures are turned into the line
         if not is_out_of_memory(error):
             raise
-        failure = out_of_memory(error, phase, budget, hint)
+        part = _innermost(error, parts) if parts else None
+        failure = out_of_memory(error, phase if part is None else f"{phase}, {part}", budget, hint)
         for e in _chain(error):  # the failed frames (and the tensors they hold) go now
             e.__traceback__ = None
         raise failure from None

@@ -10,6 +10,7 @@ from torch import nn
 import remat
 import remat.trace.proof as proof
 from remat.measure.oom import OutOfMemory
+from remat.replay.chain import RematChain
 from remat.schedules import RematError
 
 HUGE = 2**60  # bytes no allocator serves
@@ -42,7 +43,7 @@ def _one_line_out_of_memory(info: pytest.ExceptionInfo, phase: str, budget: int)
 
 
 @pytest.mark.slow
-def test_out_of_memory_in_the_first_call_and_at_a_new_shape_is_one_line():
+def test_out_of_memory_in_the_first_call_at_a_new_shape_and_in_a_step_is_one_line(monkeypatch):
     torch.manual_seed(0)
     model = Greedy().train()
     budget = 1 << 20
@@ -53,6 +54,11 @@ def test_out_of_memory_in_the_first_call_and_at_a_new_shape_is_one_line():
     with pytest.raises(OutOfMemory) as info:
         wrapped(torch.randn(2 * SMALL, 16))  # a new shape: traced now
     _one_line_out_of_memory(info, "tracing and cutting the model", budget)
+    # a step's forward that cannot allocate (the device's memory taken by something else)
+    monkeypatch.setattr(RematChain, "forward", lambda self, x: torch.empty(HUGE, dtype=torch.uint8))
+    with pytest.raises(OutOfMemory) as info:
+        wrapped(torch.randn(SMALL, 16))
+    _one_line_out_of_memory(info, "a training step's forward (the replay of its schedule)", budget)
 
 
 @pytest.mark.slow

@@ -78,3 +78,13 @@ def test_an_inner_phase_is_named_not_the_outer():
     with pytest.raises(OutOfMemory, match="while proving"), memory_phase("the first call", 1 << 20):
         with memory_phase("proving", 1 << 20):
             raise MemoryError("std::bad_alloc")
+
+
+def _checking() -> None:
+    torch.empty(HUGE, dtype=torch.uint8)
+
+
+def test_the_innermost_part_of_a_phase_is_named():
+    with pytest.raises(OutOfMemory, match=r"^out of memory while proving, checking the stages \("):
+        with memory_phase("proving", 1 << 20, parts={"_checking": "checking the stages", "other": "x"}):
+            _checking()
