@@ -468,7 +468,7 @@ class ShapeCuts:
             warm = any(c.measured and c.chain is chain for c in measured)
             repeats, warmup = (1, 0) if warm else (self._repeats, self._warmup)
             # g_0 only where the call's input requires grad (which is part of its signature)
-            with memory_phase("profiling the cut stage by stage", _budget(fit)):
+            with memory_phase("profiling the cut", _budget(fit)):
                 profile = profile_chain(chain, x, name=name, repeats=repeats, warmup=warmup, input_grad=x.requires_grad)
             source = "measured"
         else:
