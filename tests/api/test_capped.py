@@ -34,7 +34,10 @@ def _per_block_step(model, x) -> None:
 
 
 def _child(mode: str, allowance: int, budget: int) -> dict:
+    # glibc serves every large block by mmap and unmaps it when freed (no dynamic threshold), as a
+    # device allocator gives freed memory back: the address space is what is live, not a high-water mark
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env["MALLOC_MMAP_THRESHOLD_"] = str(1 << 17)
     done = subprocess.run(
         [sys.executable, CHILD, mode, str(allowance), str(budget)],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=900,
