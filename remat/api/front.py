@@ -25,21 +25,35 @@ from remat.api.inputs import (
     scalar_loss,
     split_inputs,
 )
-from remat.api.model import OVER_BUDGET, RematModel, store_all_budget
+from remat.api.model import OVER_BUDGET, RematModel
 from remat.api.shapes import ShapeCuts
+from remat.measure.oom import is_out_of_memory
 from remat.model_errors import one_line_errors
 from remat.schedules import RematError
 from remat.trace.capture import TrainingStep
 from remat.trace.proof import cut_model, prove_cut
 
+# the tracer's advice is the CLI's; remat.checkpoint cuts only what TorchDynamo traces as one graph
+_HAND_CUT = "give the model a remat_stages() method to cut it by hand"
+_ONE_GRAPH = (
+    "remat.checkpoint needs the training step as one graph: remove the graph break it names"
+    " (torch._dynamo.explain lists them), or pass loss= when the break is in the model's own loss"
+)
+
 
 def _cut(
     model: nn.Module, args: tuple, kwargs: dict, loss: Any, target: Any, what: str, dynamic: frozenset = frozenset()
 ) -> Any:
-    """:func:`cut_model`, with an exception raised inside the user's model (or loss) as one line
-    naming the stage, the module and the user's source line (:mod:`remat.model_errors`)."""
-    with one_line_errors(f"{what} ({described(args, kwargs)})"):
-        return cut_model(model, args, kwargs, loss=loss, target=target, dynamic=dynamic)
+    """:func:`cut_model`, unproven (NOTE [Order of a new cut]), with an exception raised inside the
+    user's model (or loss) as one line naming the stage, the module and the user's source line
+    (:mod:`remat.model_errors`)."""
+    try:
+        with one_line_errors(f"{what} ({described(args, kwargs)})"):
+            return cut_model(model, args, kwargs, loss=loss, target=target, dynamic=dynamic, prove=False)
+    except RematError as error:
+        if _HAND_CUT not in str(error) or is_out_of_memory(error):  # memory: named by the caller's phase
+            raise
+        raise RematError(str(error).replace(_HAND_CUT, _ONE_GRAPH)) from None
 
 
 def checkpoint(
@@ -105,17 +119,17 @@ def checkpoint(
         calls[0] = "a batch's inputs"
         return chain
 
-    def prove(chain: Any, call_args: tuple, call_kwargs: dict, call_target: Any) -> None:
+    def prove(chain: Any, call_args: tuple, call_kwargs: dict, call_target: Any, step: Any) -> None:
         check_inputs(model, call_args, call_kwargs)
-        prove_cut(TrainingStep(model, checked_loss), chain, call_args, call_kwargs, call_target)
+        step_ = TrainingStep(model, checked_loss)
+        prove_cut(step_, chain, call_args, call_kwargs, call_target, chain_step=step)
 
     cuts = ShapeCuts(make_chain, prove, repeats, warmup, compile, name=type(model).__name__.lower())
-    first, x = cuts.cut_for(args, kwargs, target)
-    bytes_ = resolve_budget(budget, store_all_budget(first))  # the whole call's
+    # the example is cut, profiled, fitted to the budget (refused below the least), solved and
+    # proven by the replay that will train, in that order (NOTE [Order of a new cut])
     return RematModel(
         cuts,
-        first,
-        bytes_,
+        budget,
         strategy,
         (args, kwargs, target),
         loss_given=loss is not None,

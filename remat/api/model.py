@@ -4,7 +4,7 @@ schedule of that call's shape under one budget (docs/models.md, "Batches of othe
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +13,7 @@ from torch import nn
 
 from remat.api.inputs import check_count, check_strategy, described, resolve_budget
 from remat.api.shapes import ShapeCut, ShapeCuts
+from remat.measure.oom import memory_phase
 from remat.model_errors import one_line_errors
 from remat.replay.chain import RematChain
 from remat.replay.report import compare
@@ -56,6 +57,13 @@ def store_all_budget(cut: ShapeCut) -> int:
     return store_all_peak(cut.profile) + cut.side_bytes
 
 
+def _absolute(budget: int | float | str) -> int | None:
+    """Bytes of a budget that needs no store-all peak (bytes, ``"6GiB"``), else None."""
+    if isinstance(budget, float) or (isinstance(budget, str) and budget.strip().endswith("%")):
+        return None
+    return resolve_budget(budget, 1)
+
+
 def _least_schedule(profile: ChainProfile) -> Schedule:
     return solve(profile, minimum_budget(profile), "optimal")
 
@@ -81,27 +89,35 @@ class RematModel(nn.Module):
     def __init__(
         self,
         cuts: ShapeCuts,
-        first: ShapeCut,
-        budget: int,
+        budget: int | float | str,
         strategy: str,
         example: tuple,
         loss_given: bool = False,
         over_budget: str = "refuse",
         source: nn.Module | None = None,
+        first: ShapeCut | None = None,
     ) -> None:
+        """``first``: the example's cut, with ``budget`` in bytes (:meth:`with_budget`); without it,
+        the example is cut now (NOTE [Order of a new cut]) and ``budget`` may be a fraction or
+        percentage of its store-all peak."""
         super().__init__()
         object.__setattr__(self, "_source", source)  # not a submodule: the chain holds the parameters
         if over_budget not in OVER_BUDGET:
             raise RematError(f"over_budget: expected one of {', '.join(map(repr, OVER_BUDGET))}, got {over_budget!r}")
-        self.chain = first.chain
-        self.budget = budget
         self.strategy = strategy
         self.over_budget = over_budget
         self._cuts = cuts
-        self._first = first
         self._plans: dict[int, ShapePlan] = {}
         self._example = example
         self._loss_given = loss_given
+        self._spec = budget
+        self.budget: int | None = budget if first is not None else _absolute(budget)  # bytes once known
+        self._first: ShapeCut | None = first
+        if first is None:
+            args, kwargs, target = example
+            first = cuts.cut_for(args, kwargs, target, fit=self)[0]
+            self._first = first
+        self.chain = first.chain
         example_plan = self._plan(first, example=True)
         self.replay = example_plan.replay
         self.schedule = example_plan.schedule
@@ -149,10 +165,10 @@ class RematModel(nn.Module):
     def plan_for(self, *args: Any, target: Any = None, **kwargs: Any) -> ShapePlan:
         """The plan a call with these inputs runs (cut, proven and solved now if its shape is new);
         refuses, in one line, a shape whose least memory is above the budget."""
-        return self._plan(self._cuts.cut_for(args, kwargs, target)[0])
+        return self._plan(self._cuts.cut_for(args, kwargs, target, fit=self)[0])
 
     def forward(self, *args: Any, target: Any = None, **kwargs: Any) -> torch.Tensor:
-        cut, x = self._cuts.cut_for(args, kwargs, target)
+        cut, x = self._cuts.cut_for(args, kwargs, target, fit=self)
         plan = self._plan(cut)
         if plan.least:
             logger.warning(
@@ -163,8 +179,46 @@ class RematModel(nn.Module):
                 format_size(self.budget),
             )
         # a size first run here (a general cut, a predicted profile) may fail in the model itself
-        with one_line_errors(f"a batch's inputs ({described(args, kwargs)})", traced_location):
-            return plan.replay(x)
+        with memory_phase("a training step's forward (the replay of its schedule)", self.budget):
+            with one_line_errors(f"a batch's inputs ({described(args, kwargs)})", traced_location):
+                return plan.replay(x)
+
+    @property
+    def memory_budget(self) -> int | str:
+        """The budget for an out-of-memory line (:class:`~remat.api.shapes.Fit`): bytes, or what
+        the user gave while the example's store-all peak is not yet measured."""
+        if self.budget is not None:
+            return self.budget
+        return f"{self._spec} of the store-all peak, not yet measured"
+
+    def admit(self, cut: ShapeCut, example: bool) -> None:
+        """NOTE [Order of a new cut]: refuse ``cut`` in one line, before its proof or any step, when
+        the budget is below the least it trains in (:attr:`least_budget`'s definition); a shape
+        after the example's runs its least-memory schedule instead under ``over_budget="least"``.
+        The example's store-all peak turns a fraction of it into bytes."""
+        if self.budget is None:
+            self.budget = resolve_budget(self._spec, store_all_budget(cut))
+        need = minimum_budget(cut.profile) + cut.side_bytes
+        if need <= self.budget:
+            return
+        if example:
+            raise self._below_least(cut, need)
+        if self.over_budget == "refuse":
+            raise self._refusal(cut, None, example=False)
+
+    def chain_step(self, cut: ShapeCut, call: tuple, example: bool) -> Callable[[], torch.Tensor]:
+        """The replay of the schedule that will train ``cut``, on ``call``: the chain's half of its
+        proof (solved now, and kept as the cut's plan)."""
+        plan = self._plan(cut, example)
+        args, kwargs, target = call
+        return lambda: plan.replay(cut.chain.bind(*args, target=target, **kwargs))
+
+    def _below_least(self, cut: ShapeCut, need: int) -> InfeasibleBudgetError:
+        side = cut.side_bytes
+        detail = f"the call's side values (masks) take {side} bytes of it; " if side else ""
+        detail += "pass a budget of at least that; refused before the proof or any step ran"
+        bound = "exact" if self.strategy == "optimal" else "at least"
+        return InfeasibleBudgetError(self.strategy, self.budget, need, detail, bound)
 
     def _plan(self, cut: ShapeCut, example: bool = False) -> ShapePlan:
         plan = self._plans.get(id(cut))
@@ -172,7 +226,8 @@ class RematModel(nn.Module):
             return plan
         least = False
         try:  # the side values the call holds come out of the budget first
-            schedule = solve(cut.profile, max(0, self.budget - cut.side_bytes), self.strategy)
+            with memory_phase("solving the schedule", self.budget):
+                schedule = solve(cut.profile, max(0, self.budget - cut.side_bytes), self.strategy)
         except InfeasibleBudgetError as error:
             if example or self.over_budget == "refuse":
                 raise self._refusal(cut, error, example) from None
@@ -183,7 +238,7 @@ class RematModel(nn.Module):
         self._plans[id(cut)] = plan
         return plan
 
-    def _refusal(self, cut: ShapeCut, error: InfeasibleBudgetError, example: bool) -> RematError:
+    def _refusal(self, cut: ShapeCut, error: InfeasibleBudgetError | None, example: bool) -> RematError:
         side = cut.side_bytes
         if example:  # the strategy's own message, in the whole call's bytes (side values included)
             if not side:
@@ -204,13 +259,13 @@ class RematModel(nn.Module):
         bytes_ = resolve_budget(budget, self.store_all_budget)
         return RematModel(
             self._cuts,
-            self._first,
             bytes_,
             check_strategy(strategy or self.strategy),
             self._example,
             self._loss_given,
             self.over_budget,
             self._source,
+            first=self._first,
         )
 
     def report(self, steps: int = 3, warmup: int = 1) -> Any:

@@ -46,6 +46,16 @@ measured range: there a piecewise-linear field (a maximum of linear terms, which
 interpolated by a chord, which lies above it, so a predicted size is never below the real one;
 outside it, and while the fit needs another size to tell a degree, the new signature is measured
 and joins its family.
+
+NOTE [Order of a new cut]
+A new cut is made in the order that keeps the first call within the budget and refuses early:
+trace and cut (unproven) -> profile (stage by stage, or predicted) -> the budget in bytes (the
+first cut's profile gives the store-all peak a fraction is of) -> refused in one line when the
+budget is below the least the cut trains in (``minimum_budget`` + side values), before any step
+-> the schedule solved -> the proof, whose chain half is the replay of that schedule (the path
+that will train: shared modules' gradients summed as the replay sums them) -> the cut is kept.
+A shape above the budget under ``over_budget="least"`` is proven with its least-memory schedule.
+Each phase turns an allocation failure into one line (:func:`remat.measure.oom.memory_phase`).
 """
 
 from __future__ import annotations
@@ -55,13 +65,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch.utils import _pytree as pytree
 
 from remat.api.inputs import described
 from remat.measure.memory import storage_bytes
+from remat.measure.oom import OutOfMemory, memory_phase
 from remat.model_errors import one_line_errors
 from remat.profile.chain import profile_chain
 from remat.runtime.compiled import compile_chain
@@ -77,6 +88,8 @@ MIN_POINTS = 3  # fit_growth fits 2 sizes and checks 1 at the least
 # measured: with the traced call, the 5 sizes fit_growth needs to tell every degree up to 3
 SAMPLE_SIXTEENTHS = (8, 4, 2, 1, 12, 6, 14, 10)
 SAMPLES = 4
+# the proof's parts an out-of-memory line names (remat.trace.proof's functions)
+PROOF_PARTS = {"check_forward_kinds": "checking each stage's forward kinds", "_step": "running one training step"}
 
 
 @dataclass(frozen=True)
@@ -217,6 +230,23 @@ def predicted_profile(
     return growth.profile_at(x), f"predicted ({growth.kind} in the varying size, from sizes {sizes_text})"
 
 
+class Fit(Protocol):
+    """What a new cut must fit before it is proven (NOTE [Order of a new cut]): the wrapped
+    model's budget, its refusal, and the step that will train the cut."""
+
+    @property
+    def memory_budget(self) -> int | str | None:
+        """The budget for an out-of-memory line: bytes, or a text while it is not yet in bytes."""
+
+    def admit(self, cut: ShapeCut, example: bool) -> None:
+        """Refuse ``cut`` in one line (:class:`RematError`) when the budget cannot train it; the
+        ``example``'s (the model's first cut) turns a fraction of its store-all peak into bytes."""
+
+    def chain_step(self, cut: ShapeCut, call: tuple, example: bool) -> Callable[[], torch.Tensor]:
+        """The step the proof runs for the chain on ``call`` (args, kwargs, target): the replay of
+        the schedule that will train ``cut``, solved now."""
+
+
 @dataclass(eq=False)
 class _General:
     """A cut general in some input dimensions (NOTE [Cuts general in a size]) and the signatures
@@ -229,16 +259,18 @@ class _General:
 class ShapeCuts:
     """The cuts of one model, per signature and branch, made on demand (see the module docstring).
 
-    ``make_chain(args, kwargs, target, dynamic)`` traces, cuts and proves the model on a call,
+    ``make_chain(args, kwargs, target, dynamic)`` traces and cuts the model on a call (unproven),
     general in the ``dynamic`` input dimensions where the model lets it; ``prove(chain, args,
-    kwargs, target)`` proves a cut on another call. A measured profile takes ``repeats`` timed
-    runs after ``warmup`` (:func:`profile_chain`), on stages compiled first when ``compile``
-    (compiled stages are per signature: no general cuts then). Not thread-safe."""
+    kwargs, target, chain_step)`` proves a cut on a call, the chain's half of the step run by
+    ``chain_step`` (None: the chain as it is). A new cut is profiled, fitted to the budget
+    (:class:`Fit`) and proven in that order (NOTE [Order of a new cut]). A measured profile takes
+    ``repeats`` timed runs after ``warmup`` (:func:`profile_chain`), on stages compiled first when
+    ``compile`` (compiled stages are per signature: no general cuts then). Not thread-safe."""
 
     def __init__(
         self,
         make_chain: Callable[[tuple, dict, Any, frozenset], CutChain],
-        prove: Callable[[CutChain, tuple, dict, Any], None],
+        prove: Callable[[CutChain, tuple, dict, Any, Callable[[], torch.Tensor] | None], None],
         repeats: int,
         warmup: int,
         compile: bool,  # noqa: A002 - remat.checkpoint's option
@@ -264,9 +296,9 @@ class ShapeCuts:
         """Every cut held, oldest signature first."""
         return [cut for cuts in self._cuts.values() for cut in cuts]
 
-    def cut_for(self, args: tuple, kwargs: dict, target: Any) -> tuple[ShapeCut, torch.Tensor]:
-        """The cut serving this call (made now if none does) and the call bound to it (its chain
-        input a_0; the side values are set)."""
+    def cut_for(self, args: tuple, kwargs: dict, target: Any, fit: Fit | None = None) -> tuple[ShapeCut, torch.Tensor]:
+        """The cut serving this call (made now if none does, fitted to ``fit`` before its proof)
+        and the call bound to it (its chain input a_0; the side values are set)."""
         leaves, spec = pytree.tree_flatten((args, kwargs, target))
         signature = Signature.of(leaves, spec)
         for cut in self._cuts.get(signature, []):
@@ -276,14 +308,30 @@ class ShapeCuts:
                 continue
             self._cuts.move_to_end(signature)
             return cut, x
-        cut = self._served(signature, args, kwargs, target) or self._new(signature, args, kwargs, target)
-        self._cuts.setdefault(signature, []).append(cut)
+        made = self._served(signature, args, kwargs, target, fit) or self._new(signature, args, kwargs, target, fit)
+        self._cuts.setdefault(signature, []).append(made)
         self._cuts.move_to_end(signature)
         while len(self._cuts) > self._limit:
             self._cuts.popitem(last=False)
-        return cut, cut.chain.bind(*args, target=target, **kwargs)
+        return made, made.chain.bind(*args, target=target, **kwargs)
 
-    def _served(self, signature: Signature, args: tuple, kwargs: dict, target: Any) -> ShapeCut | None:
+    @staticmethod
+    def _admitted(cut: ShapeCut, call: tuple, fit: Fit | None, example: bool, prove: bool) -> Callable | None:
+        """NOTE [Order of a new cut]: ``cut`` (profiled) refused in one line if the budget cannot
+        train it, before anything runs it again; else, when it is to be ``prove``n, the replay of
+        the schedule that will train it on ``call`` (None: no fit, or no proof)."""
+        if fit is None:
+            return None
+        with memory_phase("solving the schedule", fit.memory_budget):
+            fit.admit(cut, example)
+            return fit.chain_step(cut, call, example) if prove else None
+
+    def _proven(self, cut: ShapeCut, call: tuple, fit: Fit | None, step: Callable | None) -> None:
+        """``cut`` proven equal to the model on ``call``, its chain's half run by ``step``."""
+        with memory_phase("proving the cut equal to the model", _budget(fit), parts=PROOF_PARTS):
+            self._prove(cut.chain, *call, step)
+
+    def _served(self, signature: Signature, args: tuple, kwargs: dict, target: Any, fit: Fit | None) -> ShapeCut | None:
         """A cut of this call from a general cut that takes it (its sizes, guard and branch), with
         a new profile and no trace; None when none does."""
         for general in reversed(self._general):
@@ -293,43 +341,58 @@ class ShapeCuts:
             except RematError:  # another fixed size, the guard, another branch: not this cut's call
                 continue
             own = _own_leaves((args, kwargs, target))
-            if len(general.proven_on) < 2:  # NOTE [Cuts general in a size]: a second size, once
+            with one_line_errors(f"a batch's inputs ({described(args, kwargs)})", traced_location):
+                cut = self._profiled(signature, general.chain, own, start, fit)
+            proving = len(general.proven_on) < 2  # NOTE [Cuts general in a size]: a second size, once
+            step = self._admitted(cut, own, fit, example=False, prove=proving)  # a refusal is the call's
+            if proving:
                 try:
-                    self._prove(general.chain, *own)
+                    self._proven(cut, own, fit, step)
+                except OutOfMemory:
+                    raise
                 except RematError:
                     # this call traced for its own sizes: its one-line error if the model itself
                     # fails on it (the general cut stays); else the general cut differs from the
                     # model at this size, so it goes, and later calls are traced per size too
-                    cut = self._new(signature, args, kwargs, target, frozenset())
+                    cut = self._new(signature, args, kwargs, target, fit, frozenset())
                     self._general.remove(general)
                     self._specialise = True
                     return cut
                 general.proven_on.append(signature)
-            with one_line_errors(f"a batch's inputs ({described(args, kwargs)})", traced_location):
-                return self._profiled(signature, general.chain, own, start)
+            return cut
         return None
 
     def _new(
-        self, signature: Signature, args: tuple, kwargs: dict, target: Any, dimensions: frozenset | None = None
+        self,
+        signature: Signature,
+        args: tuple,
+        kwargs: dict,
+        target: Any,
+        fit: Fit | None,
+        dimensions: frozenset | None = None,
     ) -> ShapeCut:
-        """A new trace of this call, general in ``dimensions`` (default :meth:`_dimensions`)."""
+        """A new trace of this call, general in ``dimensions`` (default :meth:`_dimensions`):
+        traced and cut, profiled, fitted to the budget, then proven (NOTE [Order of a new cut])."""
         start = time.perf_counter()
+        example = not self._cuts and not self._general  # the model's first cut
         # the trace, the proof and the profile run on leaves of their own: their backwards must
         # not reach the user's tensors (a call's input that requires grad got 3x its gradient)
         own = _own_leaves((args, kwargs, target))
         dims = self._dimensions(signature) if dimensions is None else dimensions
-        chain = self._make_chain(*own, dims)
-        if self._cuts:
+        with memory_phase("tracing and cutting the model", _budget(fit)):
+            chain = self._make_chain(*own, dims)
+        if not example:
             self.retraces += 1
-        cut = self._profiled(signature, chain, own, start)
+        cut = self._profiled(signature, chain, own, start, fit)
+        self._proven(cut, own, fit, self._admitted(cut, own, fit, example, prove=True))
         if chain.dynamic is not None:
             general = _General(chain, [signature])
             self._general.append(general)
             del self._general[: -self._limit]  # the oldest first out, as signatures go
-            self._sample(general, signature, own)
-        return cut
+            self._sample(general, signature, own, fit)
+        return dataclasses.replace(cut, seconds=time.perf_counter() - start)
 
-    def _sample(self, general: _General, signature: Signature, own: tuple) -> None:
+    def _sample(self, general: _General, signature: Signature, own: tuple, fit: Fit | None) -> None:
         """NOTE [Sizes a general cut is sampled at]: prove ``general`` on a second size and measure
         it at shorter sizes, on this call cut down along its general dimensions."""
         sizes = {signature.shapes[k][d] for k, d in _positions(signature, general.chain.dynamic.dims)}
@@ -349,10 +412,14 @@ class ShapeCuts:
                 continue
             try:  # its guard and its branch take the call, the model runs it, the cut equals it
                 general.chain.bind(*call[0], target=call[2], **call[1])
-                if len(general.proven_on) < 2:
-                    self._prove(general.chain, *call)
+                cut = self._profiled(sampled, general.chain, call, time.perf_counter(), fit)
+                proving = len(general.proven_on) < 2
+                step = self._admitted(cut, call, fit, example=False, prove=proving)
+                if proving:
+                    self._proven(cut, call, fit, step)
                     general.proven_on.append(sampled)
-                cut = self._profiled(sampled, general.chain, call, time.perf_counter())
+            except OutOfMemory:
+                raise
             except Exception:  # noqa: BLE001 - a size this model or this cut does not take: not sampled
                 continue
             self._cuts.setdefault(sampled, []).append(cut)
@@ -382,7 +449,7 @@ class ShapeCuts:
                 return frozenset((leaf[k], d) for k, d in step[0])
         return frozenset()
 
-    def _profiled(self, signature: Signature, chain: CutChain, own: tuple, start: float) -> ShapeCut:
+    def _profiled(self, signature: Signature, chain: CutChain, own: tuple, start: float, fit: Fit | None) -> ShapeCut:
         """``signature``'s cut on ``chain``: its profile predicted (NOTE [Profiles of new shapes]) or
         measured on the call ``own``."""
         args, kwargs, target = own
@@ -401,7 +468,8 @@ class ShapeCuts:
             warm = any(c.measured and c.chain is chain for c in measured)
             repeats, warmup = (1, 0) if warm else (self._repeats, self._warmup)
             # g_0 only where the call's input requires grad (which is part of its signature)
-            profile = profile_chain(chain, x, name=name, repeats=repeats, warmup=warmup, input_grad=x.requires_grad)
+            with memory_phase("profiling the cut", _budget(fit)):
+                profile = profile_chain(chain, x, name=name, repeats=repeats, warmup=warmup, input_grad=x.requires_grad)
             source = "measured"
         else:
             profile, source = guess
@@ -414,6 +482,10 @@ class ShapeCuts:
         }
         profile = dataclasses.replace(profile, metadata=metadata)
         return ShapeCut(signature, chain, profile, source, branch, time.perf_counter() - start, side_bytes)
+
+
+def _budget(fit: Fit | None) -> int | str | None:
+    return None if fit is None else fit.memory_budget
 
 
 def _positions(signature: Signature, dims: frozenset[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -26,6 +26,7 @@ from remat.joint.partition import RegionPlan, RematPartitioner, Session, resolve
 from remat.joint.solve import BelowLeast, Front
 from remat.joint.split import least_step_peak, split, step_peak
 from remat.measure.allocator import AllocatorMeter
+from remat.measure.oom import memory_phase
 from remat.measure.timing import time_ms
 from remat.schedules import RematError, Schedule
 
@@ -125,6 +126,15 @@ class RematCompiled(nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         signature = input_signature(args, kwargs)
+        budget = self._session.budget
+        budget = budget if isinstance(budget, int) else f"{budget} of the store-all peak"
+        first = signature not in self._calls
+        # an allocation failure is one line naming the phase (remat.measure.oom), never a bad_alloc
+        phase = "remat.compile's first call of this input shape (compiling, planning, measuring)"
+        with memory_phase(phase if first else "a compiled training step's forward", budget):
+            return self._forward(signature, args, kwargs)
+
+    def _forward(self, signature: tuple, args: tuple, kwargs: dict) -> Any:
         if signature in self._calls:
             out, error = self._run(args, kwargs)
             if error is None and self._session.call_plans:  # torch recompiled (a guard failed): new plans
