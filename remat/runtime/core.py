@@ -25,7 +25,11 @@ semantics and use this module for everything a recomputation must preserve (docs
   accumulate into ``.grad`` (``loss.backward()``, ``backward(inputs=...)``; done inside, one piece
   at a time, through autograd's own ``AccumulateGrad``, so its hooks fire and no extra gradient
   memory is held), return it (``torch.autograd.grad``: summed over pieces and returned by the
-  Function, so the engine hands it to the caller), or leave it alone (not asked for).
+  Function, so the engine hands it to the caller), or leave it alone (not asked for); a parameter
+  several pieces read sums its uses in plain autograd's order (NOTE [Shared parameters under
+  gradient accumulation]);
+* an expanded gradient at a cut (a step ending in a bare ``.sum()``) handed on with autograd's
+  strides (NOTE [Gradient layout at a cut]).
 """
 
 from __future__ import annotations
