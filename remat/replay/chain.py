@@ -210,15 +210,17 @@ class _Step:
         if sink is None:
             released_backward(pending, release=release)
             return
+        # shared parameters get the running sum of the stages before as their first gradient
+        # (NOTE [Shared parameters under gradient accumulation], remat.runtime.core)
         if sink.everything:  # loss.backward(): accumulate wherever autograd reaches
-            with sink.collecting(list(self.owner.chain.stages[i].parameters())):
-                released_backward(pending, release=release)
+            with sink.collecting(list(self.owner.chain.stages[i].parameters()), inject=True) as inject:
+                released_backward(pending, release=release, inject=inject)
             return
         params = sink.targets(self.owner.chain.stages[i].parameters())
         targets = [t for t in tensors(leaf) if t.requires_grad] + params
         if targets:
-            with sink.collecting(params):
-                released_backward(pending, inputs=targets, release=release)
+            with sink.collecting(params, inject=True) as inject:
+                released_backward(pending, inputs=targets, release=release, inject=inject)
 
     def _run_observed(self, position: int, op: Op, grad_output: torch.Tensor | None = None) -> None:
         observer = self.owner.observer

@@ -25,7 +25,11 @@ semantics and use this module for everything a recomputation must preserve (docs
   accumulate into ``.grad`` (``loss.backward()``, ``backward(inputs=...)``; done inside, one piece
   at a time, through autograd's own ``AccumulateGrad``, so its hooks fire and no extra gradient
   memory is held), return it (``torch.autograd.grad``: summed over pieces and returned by the
-  Function, so the engine hands it to the caller), or leave it alone (not asked for).
+  Function, so the engine hands it to the caller), or leave it alone (not asked for); a parameter
+  several pieces read sums its uses in plain autograd's order (NOTE [Shared parameters under
+  gradient accumulation]);
+* an expanded gradient at a cut (a step ending in a bare ``.sum()``) handed on with autograd's
+  strides (NOTE [Gradient layout at a cut]).
 """
 
 from __future__ import annotations
@@ -266,7 +270,7 @@ class GradSink:
     """How one backward of a replay delivers parameter gradients (see the module docstring).
 
     ``params`` are the Function's parameter inputs; ``needed`` the Function's
-    ``ctx.needs_input_grad`` for them.
+    ``ctx.needs_input_grad`` for them; ``shared`` the ids of those read by several pieces.
     """
 
     def __init__(
@@ -281,17 +285,37 @@ class GradSink:
         # unsharded ones, accumulate as autograd finds them).
         self.everything = all(m == "accumulate" for m in self._mode.values())
         # NOTE [Shared parameters under gradient accumulation]: a parameter read by several pieces
-        # (tied embeddings, ALBERT's shared layer) gets one gradient per piece. Plain autograd sums
-        # them in its input buffer and adds the sum to ``.grad`` once: ``grad + (a + b)``. Adding
-        # each piece's into ``.grad`` gives ``(grad + a) + b``, a few ulps off once ``.grad`` holds
-        # a gradient (the second micro-batch of an accumulation). So such a parameter's pieces are
-        # summed here and returned, and the engine adds the sum once, as in the plain step; the
-        # sum is a gradient of the parameter's size held through the backward, as autograd's
-        # buffer is. With ``.grad`` None or zero (after ``zero_grad()``) both orders agree, and
-        # nothing is held (reading "zero" costs one pass over that gradient, a sync on CUDA).
+        # (a recurrent cell called at every step, tied embeddings, ALBERT's shared layer) gets one
+        # gradient per use. Plain autograd adds the uses' gradients one by one into the input
+        # buffer of the parameter's AccumulateGrad, in the order the engine produces them
+        # (((g1 + g2) + g3) + ...), and adds that sum to ``.grad`` once. A replay runs one
+        # backward per piece, and a piece reading the parameter twice (two steps of the cell)
+        # sums its own uses first: ((g1 + g2) + (g3 + g4)), ulps off (1e-8 on an LSTMCell loop).
+        # So the replay hands each piece's backward the running sum as the *first* gradient to
+        # arrive at the parameter's AccumulateGrad (:func:`remat.runtime.release.released_backward`
+        # injects it through the backward's seed, which the engine runs before any op of the
+        # piece), and each use of the piece is added to it in the engine's order: the plain sum,
+        # bit for bit, since the pieces' backwards run in the order the plain engine reaches them.
+        # Where the running sum lives:
+        # * ``.grad`` None or zero (after ``zero_grad()``; the profile's measured step): in
+        #   ``.grad`` itself (0 + x is x), taken out for each piece's backward and put back by its
+        #   AccumulateGrad, which adds in place or steals: no byte beyond ``.grad``.
+        # * ``.grad`` holding a gradient (the second micro-batch of an accumulation;
+        #   ``torch.autograd.grad``): plain autograd adds the sum once, ``grad + (a + b)``, so the
+        #   sum is kept here and returned by the Function, and the engine adds it once. It is one
+        #   buffer of the parameter's size (``p.numel() * p.element_size()`` bytes) per shared
+        #   parameter, from its first piece's backward to the end of the step's backward, as
+        #   autograd's input buffer is in the plain step; like ``.grad`` it is gradient memory,
+        #   outside the activation budget and the chain model (the profile measures with zeroed
+        #   gradients, where nothing is held).
+        # Reading "zero" costs one pass over that gradient (a sync on CUDA). A parameter with
+        # tensor hooks (``register_hook``) is not given a running sum (a hook must see each
+        # piece's own gradient once): there the pieces' sums are added per piece, as before.
         for p in self.params:
             if id(p) in shared and self._mode[id(p)] == "accumulate" and _holds_gradient(p):
                 self._mode[id(p)] = "return"
+        self._shared = frozenset(id(p) for p in self.params if id(p) in shared and not p._backward_hooks)
+        self._started: set[int] = set()  # shared parameters whose .grad holds this backward's sum
         self._returned: dict[int, torch.Tensor] = {}
 
     def targets(self, params: Iterable[torch.Tensor]) -> list[torch.Tensor]:
@@ -299,22 +323,57 @@ class GradSink:
         return [p for p in params if self._mode.get(id(p), "skip") != "skip"]
 
     @contextlib.contextmanager
-    def collecting(self, params: Sequence[torch.Tensor]) -> Iterator[None]:
+    def collecting(
+        self, params: Sequence[torch.Tensor], inject: bool = False
+    ) -> Iterator[list[tuple[torch.Tensor, torch.Tensor]]]:
         """Around one inner ``torch.autograd.backward(..., inputs=[..., *params])``: the gradients of
         parameters the caller wants *returned* are taken from ``.grad`` into the sink, and the
-        caller's ``.grad`` is left as it was."""
+        caller's ``.grad`` is left as it was.
+
+        ``inject``: the caller hands the yielded ``(param, running sum)`` pairs to the backward as
+        the first gradients of those parameters (``released_backward(..., inject=...)``, which
+        pops them), so shared parameters sum as in plain autograd (NOTE [Shared parameters under
+        gradient accumulation]). Without it each piece's sum is added to the previous ones."""
         returned = [p for p in params if self._mode.get(id(p)) == "return"]
         kept = [p.grad for p in returned]
         for p in returned:
             p.grad = None
+        seeds = self._running(params) if inject else []
+        summed = {id(p) for p, _ in seeds}
         try:
-            yield
+            yield seeds
         finally:
+            for p, running in seeds:  # not injected (the backward had nothing to run): put back
+                if self._mode.get(id(p)) == "return":
+                    self._returned[id(p)] = running
+                    summed.discard(id(p))
+                else:
+                    p.grad = running
+            seeds.clear()
             for p, grad in zip(returned, kept, strict=True):
                 new, p.grad = p.grad, grad
                 if new is not None:
-                    old = self._returned.get(id(p))
+                    old = None if id(p) in summed else self._returned.get(id(p))
                     self._returned[id(p)] = new if old is None else old + new
+            if inject:
+                self._started.update(
+                    id(p) for p in params if id(p) in self._shared and self._mode.get(id(p)) == "accumulate"
+                )
+
+    def _running(self, params: Sequence[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The running sums to inject for ``params`` (taken out of the sink and out of ``.grad``:
+        the backward's input buffer then holds the only reference and adds in place)."""
+        seeds = []
+        for p in params:
+            key = id(p)
+            if key not in self._shared:
+                continue
+            if self._mode.get(key) == "return" and key in self._returned:
+                seeds.append((p, self._returned.pop(key)))
+            elif self._mode.get(key) == "accumulate" and key in self._started and p.grad is not None:
+                running, p.grad = p.grad, None
+                seeds.append((p, running))
+        return seeds
 
     def returned(self) -> tuple[torch.Tensor | None, ...]:
         """The Function's gradient outputs for its parameter inputs."""
@@ -384,6 +443,16 @@ def _grad_input(leaf: torch.Tensor) -> torch.Tensor:
 # steals the gradient where the layouts agree) and g_i is laid out that way again where they
 # differ: one copy of g_i, at a moment when AccumulateGrad's own copy and the gradient it copied
 # were both alive, which the measured backward of the profile covers.
+#
+# An *expanded* gradient (a step ending in a bare ``.sum()``: its backward hands on the loss's
+# gradient expanded to the summed tensor's shape, zero strides) cannot be rebuilt with those
+# strides and copied into (its elements share memory). AccumulateGrad gave the leaf a dense copy
+# D of it; every element along a zero-stride dimension is the same value, so the view of D that
+# reads element 0 along those dimensions (stride 0 there, D's own strides elsewhere) holds
+# autograd's values with autograd's strides wherever its other strides are D's (a sum over all or
+# over leading dimensions), and the previous stage's backward sees what plain autograd hands it.
+# The view keeps D's storage: the bytes of g_i the chain model and the profile count. Otherwise
+# (strides that overlap in another way) D itself is handed on: the same values.
 class GradLayout:
     """Records the strides of the gradient autograd produces for ``leaf`` (see the NOTE above)."""
 
@@ -401,9 +470,20 @@ class GradLayout:
         grad, leaf.grad = leaf.grad, None
         if grad is None or self.stride is None or grad.stride() == self.stride:
             return grad
+        if 0 in self.stride:
+            return _expanded_like(grad, self.stride)
         laid = torch.empty_strided(grad.shape, self.stride, dtype=grad.dtype, device=grad.device)
         laid.copy_(grad)
         return laid
+
+
+def _expanded_like(dense: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:
+    """``dense`` (a copy of an expanded gradient) as a view with the expanded gradient's ``stride``
+    (zero along its expanded dimensions), or ``dense`` itself where that view would need other
+    strides than ``dense``'s elsewhere (NOTE [Gradient layout at a cut])."""
+    view = tuple(0 if s == 0 else d for s, d in zip(stride, dense.stride(), strict=True))
+    same = all(a == b for a, b, n in zip(view, stride, dense.shape, strict=True) if n > 1)
+    return dense.as_strided(dense.shape, stride, dense.storage_offset()) if same else dense
 
 
 def shared_params(groups: Iterable[Iterable[torch.Tensor]]) -> frozenset[int]:

@@ -32,12 +32,13 @@ from remat.trace.boundary import Boundary, tensors
 
 
 class _Seed(torch.autograd.Function):
-    """One element whose gradient is the stage's output gradients, handed over once."""
+    """One element whose gradient is the stage's output gradients, handed over once (and the
+    running sums of shared parameters, the first gradients to reach their AccumulateGrad)."""
 
     @staticmethod
-    def forward(ctx: Any, grads: list, *outs: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: Any, grads: list, *tensors: torch.Tensor) -> torch.Tensor:
         ctx.grads = grads  # the only reference besides the caller's, which it drops
-        return torch.zeros((), dtype=outs[0].dtype, device=outs[0].device)
+        return torch.zeros((), dtype=tensors[0].dtype, device=tensors[0].device)
 
     @staticmethod
     def backward(ctx: Any, _: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
@@ -47,27 +48,37 @@ class _Seed(torch.autograd.Function):
 
 
 def released_backward(
-    pending: list[tuple[Boundary, Any]], inputs: Sequence[torch.Tensor] | None = None, release: bool = True
+    pending: list[tuple[Boundary, Any]],
+    inputs: Sequence[torch.Tensor] | None = None,
+    release: bool = True,
+    inject: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> None:
     """``torch.autograd.backward`` of ``(out, grad) = pending.pop()`` (shaped alike; the tensors
     of ``out`` that require grad and have a gradient), keeping no reference to either: each is
     freed when autograd no longer needs it (NOTE [Early release at a stage's backward]). The
     caller must hold no other reference for the release to happen. ``release=False``: the plain
-    backward, holding both to its end (a chain's last stage: its caller holds the output)."""
+    backward, holding both to its end (a chain's last stage: its caller holds the output).
+
+    ``inject``: ``(param, running sum)`` pairs, popped (the list is left empty when the backward
+    runs): each sum is handed to ``param``'s AccumulateGrad by the seed, before any op of the stage
+    adds to it (NOTE [Shared parameters under gradient accumulation], remat.runtime.core)."""
     out, grad = pending.pop()
     pairs = [(o, g) for o, g in zip(tensors(out), tensors(grad), strict=True) if o.requires_grad and g is not None]
     if not pairs:
         return
-    if not release:
+    if not release and not inject:
         outs, grads = zip(*pairs, strict=True)
         torch.autograd.backward(list(outs), list(grads), inputs=None if inputs is None else list(inputs))
         return
     del out, grad
-    held = [tuple(g for _, g in pairs)]
+    params, sums = [p for p, _ in inject or ()], [s for _, s in inject or ()]
+    if inject:
+        inject.clear()
+    held = [(*(g for _, g in pairs), *sums)]
     outs = [o for o, _ in pairs]
-    del pairs
+    del pairs, sums
     with torch.enable_grad():
-        seed = _Seed.apply(held, *outs)
+        seed = _Seed.apply(held, *outs, *params)
     del outs, held
     torch.autograd.backward(seed, inputs=None if inputs is None else list(inputs))
 
