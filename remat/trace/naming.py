@@ -80,6 +80,12 @@ def piece_name(
     return "loss" if last else "root"
 
 
+def _loop_call(call: tuple[str, str] | None) -> bool:
+    """Whether ``call`` is one of a module that is a block only because the step calls it again
+    (not an indexed child: NOTE [A module called in a loop], :func:`remat.trace.nodes.repeated_blocks`)."""
+    return call is not None and not call[1].rsplit(".", 1)[-1].isdigit()
+
+
 def merge_by_name(
     pieces: list[list[fx.Node]], owned: Callable[[fx.Node], bool]
 ) -> tuple[list[list[fx.Node]], list[str], list[int]]:
@@ -89,6 +95,11 @@ def merge_by_name(
     blocks = repeated_blocks(n for p in pieces for n in p)
     names = [piece_name(p, k == len(pieces) - 1, owned, blocks) for k, p in enumerate(pieces)]
     calls = [innermost_block(p, blocks) for p in pieces]
+    for k in range(len(pieces) - 2, -1, -1):
+        # the loop's own code before a call of a module it calls again (``x[t]`` before
+        # ``self.cell(x[t], (h, c))``: NOTE [A module called in a loop]) is part of that call
+        if _loop_call(calls[k + 1]) and all(not module_path(n) for n in _computed(pieces[k])):
+            names[k], calls[k] = names[k + 1], calls[k + 1]
     stages: list[list[fx.Node]] = []
     merged_names: list[str] = []
     last_piece: list[int] = []

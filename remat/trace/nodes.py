@@ -260,12 +260,34 @@ def _module_calls(node: fx.Node) -> list[tuple[str, str, object]]:
     return [(str(key), _clean_path(value[0]), value[1] if len(value) > 1 else None) for key, value in stack.items()]
 
 
+def _weighted_calls(nodes: list[fx.Node]) -> set[str]:
+    """The paths of the module calls that made a node reading a parameter: a TorchDynamo placeholder
+    named ``..._parameters_...`` (``L_self_modules_model_modules_cell_parameters_weight_ih_``) or a
+    ``get_attr`` node (a module attribute)."""
+    weighted: set[str] = set()
+    for node in nodes:
+        if any(
+            d.op == "get_attr" or (d.op == "placeholder" and "_parameters_" in str(d.target))
+            for d in node.all_input_nodes
+        ):
+            weighted.update(path for _, path, _ in _module_calls(node))
+    return weighted
+
+
 def repeated_blocks(nodes: Iterable[fx.Node]) -> frozenset[str]:
     """The paths of the model's repeated blocks among the modules that made ``nodes``: an indexed
     child of the model's own class that has a sibling of its class (``layer2.0``, ``layer2.1``) or is
     called more than once (ALBERT's one shared layer, TorchDynamo's ``id@k`` key for the k-th call).
     A lone indexed module inside a block (torchvision's squeeze-excitation at ``block.2``) is part
-    of that block, not one of its own."""
+    of that block, not one of its own.
+
+    NOTE [A module called in a loop]: a module of any class (``nn.LSTMCell``, a shared ``Linear``
+    or MLP) that the step calls more than once is a block too, one per call (``cell``, ``cell#2``:
+    :func:`remat.trace.naming.merge_by_name`), so that a recurrent loop is cut between its time
+    steps; but only a call that reads parameters (dropout and activations that a layer calls
+    several times stay where they are) and lies in no call of another block (a module called
+    again inside a block is part of that block's call), taking the outermost such call."""
+    nodes = list(nodes)
     classes: dict[str, object] = {}
     called_again: set[str] = set()
     for node in nodes:
@@ -278,9 +300,21 @@ def repeated_blocks(nodes: Iterable[fx.Node]) -> frozenset[str]:
     for path, cls in classes.items():
         key = (path.rpartition(".")[0], cls)
         siblings[key] = siblings.get(key, 0) + 1
-    return frozenset(
+    blocks = {
         path for path, cls in classes.items() if path in called_again or siblings[path.rpartition(".")[0], cls] > 1
-    )
+    }
+    weighted = _weighted_calls(nodes)
+    again: set[str] = set()  # called again, reads parameters, in no block's call
+    for node in nodes:
+        for key, path, _ in _module_calls(node):
+            if path in blocks:
+                break
+            if path and "@" in key and path in weighted:
+                again.add(path)
+    looped: set[str] = set()  # the outermost of those
+    for node in nodes:
+        looped.update(next(([path] for _, path, _ in _module_calls(node) if path in again), []))
+    return frozenset(blocks | looped)
 
 
 def block_calls(node: fx.Node, blocks: frozenset[str]) -> tuple[tuple[str, str], ...]:
