@@ -113,6 +113,23 @@ def _kill(pids: list[int]) -> None:
             pass
 
 
+def _signalled_ends(child: subprocess.Popen, number: int, name: str, tmp_path: Path) -> None:
+    """Send ``number`` (``name``): the child ends within :data:`ENDS_WITHIN` with exit 130/143 and
+    the CLI's one line, leaving no process of its own running."""
+    child.send_signal(number)
+    status, err = _ended(child, ENDS_WITHIN, name)
+    expected = {"SIGINT": (130, "remat: interrupted"), "SIGTERM": (143, "remat: terminated")}[name]
+    assert (status, err.strip().splitlines()) == (expected[0], [expected[1]]), err
+    left = _left_behind(tmp_path)
+    assert left == [], f"processes left running: {left}"
+
+
+def _cleaned(child: subprocess.Popen, tmp_path: Path) -> None:
+    child.kill()
+    child.wait()
+    _kill(_left_behind(tmp_path))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "moment"), [("SIGINT", 0.5), ("SIGTERM", 2.0), ("SIGINT", 4.0)], ids=["int-0.5s", "term-2s", "int-4s"]
@@ -125,16 +142,9 @@ def test_a_foreground_solve_ends_at_once_on_a_signal(tmp_path, name, moment):
     try:
         _at(started, moment)
         assert child.poll() is None, "the solve ended before the signal"
-        child.send_signal(number)
-        status, err = _ended(child, ENDS_WITHIN, name)
-        expected = {"SIGINT": (130, "remat: interrupted"), "SIGTERM": (143, "remat: terminated")}[name]
-        assert (status, err.strip().splitlines()) == (expected[0], [expected[1]]), err
-        left = _left_behind(tmp_path)
-        assert left == [], f"processes left running: {left}"
+        _signalled_ends(child, number, name, tmp_path)
     finally:
-        child.kill()
-        child.wait()
-        _kill(_left_behind(tmp_path))
+        _cleaned(child, tmp_path)
 
 
 @pytest.mark.slow
@@ -258,12 +268,6 @@ def test_a_front_of_solver_processes_ends_at_once_on_sigterm(tmp_path):
     try:
         _at(started, 4.0)
         assert child.poll() is None, "the front ended before the signal"
-        child.send_signal(signal.SIGTERM)
-        status, err = _ended(child, ENDS_WITHIN, "SIGTERM")
-        assert (status, err.strip().splitlines()) == (143, ["remat: terminated"]), err
-        left = _left_behind(tmp_path)
-        assert left == [], f"processes left running: {left}"
+        _signalled_ends(child, signal.SIGTERM, "SIGTERM", tmp_path)
     finally:
-        child.kill()
-        child.wait()
-        _kill(_left_behind(tmp_path))
+        _cleaned(child, tmp_path)

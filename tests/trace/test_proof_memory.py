@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 
+import remat.trace.kinds as kinds
 import remat.trace.proof as proof
 from remat.measure.allocator import AllocatorMeter
 from remat.measure.offload import PIECE_BYTES
@@ -105,7 +106,7 @@ class _DriftingStage(nn.Module):
 def test_a_stage_whose_gradients_differ_between_forward_kinds_is_refused():
     # F_all's gradients are the reference, kept off the device; the second F_all is compared to it
     with pytest.raises(RematError, match="stage 's' gives other gradients in F_all run again"):
-        proof._check_stage("s", _DriftingStage(), torch.randn(4, 8), {}, None)
+        kinds._check_stage("s", _DriftingStage(), torch.randn(4, 8), {}, None)
 
 
 @pytest.mark.slow
