@@ -7,6 +7,11 @@ import of a compiled module fail. Then a private cache directory under the syste
 directory is tried (created for this user only, mode 0700, and used only if this user owns it),
 and if that is not possible either the function is compiled without a cache (a few seconds per
 process instead of once per machine).
+
+A process under a file-size limit (``ulimit -f``, ``RLIMIT_FSIZE``) compiles without a cache:
+numba writes its cache at the first call, and a write past the limit raises ``OSError: File too
+large`` out of that call (numba guards only Windows' EACCES there), which would end a solve over a
+cache file nobody asked for.
 """
 
 from __future__ import annotations
@@ -33,6 +38,16 @@ def _private_cache_dir() -> str | None:
     return path
 
 
+def _file_size_limited() -> bool:
+    """Whether this process may write files of limited size only (RLIMIT_FSIZE is finite)."""
+    try:
+        import resource
+    except ImportError:  # not on this platform: no such limit
+        return False
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    return soft != resource.RLIM_INFINITY
+
+
 def njit_cached(function: Callable[..., Any] | None = None, *, nogil: bool = False) -> Any:
     """``numba.njit(cache=True)(function)``, falling back to a private temporary cache directory,
     then to an uncached compile, when numba finds no place to write its cache. ``nogil=True``
@@ -42,6 +57,8 @@ def njit_cached(function: Callable[..., Any] | None = None, *, nogil: bool = Fal
         return lambda inner: njit_cached(inner, nogil=nogil)
     from numba import config, njit  # heavy: paid by the modules that compile something, not by remat.schedules
 
+    if _file_size_limited():
+        return njit(nogil=nogil)(function)
     try:
         return njit(cache=True, nogil=nogil)(function)
     except RuntimeError as error:
