@@ -105,7 +105,7 @@ def checkpoint(
     check_count("repeats", repeats, 1)
     check_count("warmup", warmup, 0)
     check_strategy(strategy)
-    resolve_budget(budget, 1)  # its form only (a size, a fraction): the bytes need the profile
+    resolve_budget(budget, None)  # its form only (a size, a share): a share's bytes need the profile
     if over_budget not in OVER_BUDGET:
         raise RematError(f"over_budget: expected one of {', '.join(map(repr, OVER_BUDGET))}, got {over_budget!r}")
     args, kwargs = split_inputs(example_inputs)

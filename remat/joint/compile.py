@@ -127,7 +127,7 @@ class RematCompiled(nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         signature = input_signature(args, kwargs)
         budget = self._session.budget
-        budget = budget if isinstance(budget, int) else f"{budget} of the store-all peak"
+        budget = resolve_budget(budget, None) or f"{budget} of the store-all peak"  # bytes, or a share
         first = signature not in self._calls
         # an allocation failure is one line naming the phase (remat.measure.oom), never a bad_alloc
         phase = "remat.compile's first call of this input shape (compiling, planning, measuring)"
