@@ -114,7 +114,8 @@ def parse_size(text: str | int, reference: int | None = None) -> int:
 # peak (a percentage "40%", or a fraction in (0, 1]: the float 0.5 or the string "0.5"), the same
 # in the API, in remat.solver.solve and on the command line. A bare number with a decimal point is
 # a fraction wherever it is written, so "0.5" is never 0 bytes and "1.5" never 1 byte: a fraction
-# outside (0, 1] is refused with what was probably meant. A budget is at least one byte.
+# outside (0, 1] is refused with what was probably meant. A share is at least one byte; 0 bytes
+# (an int) is kept, as a budget no strategy meets, so that its refusal names the least it can.
 BUDGET_FORMS = "bytes (123), a size (6GiB, 512MB), a percentage of the store-all peak (40%) or a fraction of it (0.5)"
 _INTEGER = re.compile(r"^[+-]?[0-9]{1,100}$")
 _BARE_DECIMAL = re.compile(r"^[+-]?[0-9]*\.[0-9]*(?:[eE][+-]?[0-9]+)?$")
@@ -155,9 +156,7 @@ def _form(budget: object, name: str) -> int | Fraction | str:
             return value
     if value < 0:
         raise RematError(f"{name} {budget}: is negative; a budget is at least 1 byte")
-    if value == 0:
-        raise RematError(f"{name} {budget}: is zero bytes; a budget is at least 1 byte")
-    return value
+    return value  # 0 bytes is a budget no schedule meets: the strategy answers with its least
 
 
 def _text_form(raw: str, name: str) -> int | Fraction | str:
@@ -194,7 +193,8 @@ def resolve_budget(
     budget form]): an int (bytes), a size string (``"6GiB"``), a percentage (``"40%"``) or a
     fraction in (0, 1] (``0.5``, ``"0.5"``) of the store-all peak ``store_all`` (bytes, or a
     function computing them, called only for a share). ``store_all=None`` checks the form only:
-    bytes come back, a share gives None. Shares round down. Errors are one line naming ``name``."""
+    bytes come back, a share gives None. Shares round down (to at least 1 byte, else refused).
+    Errors are one line naming ``name``."""
     form = _form(budget, name)
     if isinstance(form, int):
         return form

@@ -43,8 +43,6 @@ REFUSED = [
     (1.5, r"budget 1\.5: a fraction of the store-all peak must be in \(0, 1\]; did you mean 150%, or 1\.5GiB\?"),
     ("1.5", r"budget 1\.5: a fraction .* did you mean 150%, or 1\.5GiB\?"),
     ("2.0", r"budget 2\.0: a fraction .* did you mean 200%, or 2\.0GiB, or 2 bytes \(an integer\)\?"),
-    (0, r"budget 0: is zero bytes; a budget is at least 1 byte"),
-    ("0", r"budget 0: is zero bytes"),
     ("-5", r"budget -5: is negative; a budget is at least 1 byte"),
     (0.0, r"budget 0\.0: a fraction of the store-all peak must be in \(0, 1\]; a budget is at least 1 byte"),
     ("0%", r"size '0%': is zero; a budget is at least 1 byte"),
@@ -136,3 +134,10 @@ def test_checkpoint_and_compile_refuse_before_any_work(form, expected):
 def test_checkpoint_takes_a_share_of_its_own_store_all_peak(wrapped):
     """remat.checkpoint(budget="0.9"): 90% of the call's store-all peak (was 0 bytes on the CLI's reading)."""
     assert wrapped.budget == wrapped.store_all_budget * 9 // 10
+
+
+def test_zero_bytes_is_a_budget_no_strategy_meets(capsys):
+    """0 (bytes) is kept as bytes, so that the strategy's refusal names the least it can meet."""
+    assert resolve_budget(0, 10**9) == resolve_budget("0", 10**9) == 0
+    assert main(["solve", str(PROFILE), "--budget", "0", "--strategy", "optimal"]) == 2
+    assert "the smallest budget it can meet is" in capsys.readouterr().err
