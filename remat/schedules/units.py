@@ -112,13 +112,13 @@ def parse_size(text: str | int, reference: int | None = None) -> int:
 # NOTE [One meaning per budget form]
 # A budget is bytes (an int, or a size string: "123", "6GiB", "512 MB") or a share of the store-all
 # peak (a percentage "40%", or a fraction in (0, 1]: the float 0.5 or the string "0.5"), the same
-# in the API, in remat.solver.solve and on the command line. A bare number with a decimal point is
-# a fraction wherever it is written, so "0.5" is never 0 bytes and "1.5" never 1 byte: a fraction
-# outside (0, 1] is refused with what was probably meant. A share is at least one byte; 0 bytes
-# (an int) is kept, as a budget no strategy meets, so that its refusal names the least it can.
+# in the API, in remat.solver.solve and on the command line. A bare number with a decimal point,
+# or one that is not whole ("5e-1"), is a fraction wherever it is written, so "0.5" is never
+# 0 bytes and "1.5" never 1 byte: a fraction outside (0, 1] is refused with what was probably
+# meant. A share is at least one byte; 0 bytes (an int) is kept, as a budget no strategy meets,
+# so that its refusal names the least it can.
 BUDGET_FORMS = "bytes (123), a size (6GiB, 512MB), a percentage of the store-all peak (40%) or a fraction of it (0.5)"
 _INTEGER = re.compile(r"^[+-]?[0-9]{1,100}$")
-_BARE_DECIMAL = re.compile(r"^[+-]?[0-9]*\.[0-9]*(?:[eE][+-]?[0-9]+)?$")
 
 
 def _share_of(text: str, value: Fraction, name: str) -> Fraction:
@@ -165,10 +165,12 @@ def _text_form(raw: str, name: str) -> int | Fraction | str:
     if re.fullmatch(r"[+-]?(inf|infinity|nan)", raw, re.IGNORECASE):  # as the float it reads as
         raise RematError(f"{name} {raw}: not a finite number (a fraction of the store-all peak is in (0, 1])")
     try:
-        if short and _BARE_DECIMAL.match(raw) and raw.strip("+-."):
-            sign, digits, exponent = re.match(f"^{_NUMBER}$", raw).groups()
+        bare = re.match(f"^{_NUMBER}$", raw) if short else None
+        if bare and raw.strip("+-.eE0123456789") == "" and raw.strip("+-."):
+            sign, digits, exponent = bare.groups()
             value = _exact(raw, "", digits, exponent)
-            return _share_of(raw, -value if sign == "-" else value, name)
+            if "." in raw or value.denominator != 1:  # "0.5", "5e-1": a fraction; "1e9": bytes
+                return _share_of(raw, -value if sign == "-" else value, name)
         percent = _PERCENT.match(raw) if short else None
         if percent:
             if not _exact(raw, *percent.groups()):
@@ -189,7 +191,7 @@ def is_share(budget: int | float | str) -> bool:
 def resolve_budget(
     budget: int | float | str, store_all: int | Callable[[], int] | None, name: str = "budget"
 ) -> int | None:
-    """Bytes (an exact int, at least 1) from a budget in any of its forms (NOTE [One meaning per
+    """Bytes (an exact int; a share gives at least 1) from a budget in any of its forms (NOTE [One meaning per
     budget form]): an int (bytes), a size string (``"6GiB"``), a percentage (``"40%"``) or a
     fraction in (0, 1] (``0.5``, ``"0.5"``) of the store-all peak ``store_all`` (bytes, or a
     function computing them, called only for a share). ``store_all=None`` checks the form only:

@@ -33,6 +33,7 @@ ACCEPTED = [
     (0.9, lambda peak: peak * 9 // 10),
     ("0.9", lambda peak: peak * 9 // 10),
     (" .9 ", lambda peak: peak * 9 // 10),
+    ("9e-1", lambda peak: peak * 9 // 10),
     ("100%", lambda peak: peak),
     (1.0, lambda peak: peak),
     ("1.0", lambda peak: peak),
