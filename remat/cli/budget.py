@@ -1,9 +1,9 @@
 """``--budget``: the one resolver (remat.schedules.units.resolve_budget) against a profile's
-store-all peak (remat.solver.budget, where the reference lives; re-exported here for the CLI)."""
+store-all peak (remat.solver.budget, where the reference lives), its errors named ``--budget``."""
 
 from __future__ import annotations
 
-from remat.solver.budget import budget_bytes, profile_kind, reference_peak
+from remat.solver.budget import budget_bytes
 
 
 def parse_budget(text: str, profile) -> int:
@@ -11,4 +11,4 @@ def parse_budget(text: str, profile) -> int:
     return budget_bytes(profile, text, "--budget")
 
 
-__all__ = ["parse_budget", "profile_kind", "reference_peak"]
+__all__ = ["parse_budget"]

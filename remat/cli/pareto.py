@@ -20,10 +20,10 @@ from remat.cli.args import (
     refuse_unless_applies,
     seconds,
 )
-from remat.cli.budget import profile_kind
 from remat.plots import plot_front, preload  # matplotlib itself is imported only when called
 from remat.schedules import RematError, format_size, load_profile
 from remat.solver import STRATEGIES, strategy_names
+from remat.solver.budget import profile_kind
 from remat.solver.chain.optimal import DEFAULT_SLOTS
 from remat.solver.front import overhead_percent, write_front_csv, write_front_json
 from remat.solver.pareto.chain import chain_front

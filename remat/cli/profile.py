@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 
 from remat.cli.args import integer_at_least, output_file
-from remat.cli.budget import reference_peak
 from remat.cli.options import DEVICE_HELP, add_model_options, build_model, compiled_if, model_command
 from remat.schedules import RematError, format_size, save_profile
+from remat.solver.budget import reference_peak
 
 DEFAULT_REPEATS = 5
 TIME_SOURCES = ("measured", "flops")

@@ -20,11 +20,12 @@ from remat.cli.args import (
     output_file,
     seconds,
 )
-from remat.cli.budget import parse_budget, profile_kind, reference_peak
+from remat.cli.budget import parse_budget
 from remat.cli.text import solve_lines
 from remat.schedules import load_profile, save_schedule
 from remat.schedules.simulator import check_schedule
 from remat.solver import STRATEGIES, solve
+from remat.solver.budget import profile_kind, reference_peak
 from remat.solver.chain.optimal import DEFAULT_SLOTS
 from remat.solver.graph.hierarchical import SLOTS as HIERARCHICAL_SLOTS
 from remat.solver.graph.ilp import DEFAULT_TIME_LIMIT, FORMULATIONS

@@ -4,6 +4,7 @@ argument errors come before torch, bars only on a terminal, profile --device met
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -94,3 +95,15 @@ def test_profile_on_the_meta_device_is_the_meta_profile(tmp_path, capsys):
     assert json.loads(out.read_text())["metadata"]["device"].startswith("meta")
     code, _, err = _run(capsys, [*args, "--device", "meta", "--graph"])
     assert code == 2 and "--device meta" in err
+
+
+def test_every_progress_bar_is_off_when_stderr_is_not_a_terminal():
+    """tqdm(..., disable=None) is tqdm's "only on a terminal": every bar of remat passes it."""
+    bars = []
+    for path in (ROOT / "remat").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "tqdm":
+                disable = [k.value for k in node.keywords if k.arg == "disable"]
+                bars.append((path.name, node.lineno, [getattr(v, "value", v) for v in disable]))
+    assert len(bars) >= 4  # the profiler's, solve's time limit, the chain and graph fronts, the DP's
+    assert all(disable == [None] for _, _, disable in bars), bars
