@@ -100,8 +100,9 @@ def test_profile_on_the_meta_device_is_the_meta_profile(tmp_path, capsys):
 def test_every_progress_bar_is_off_when_stderr_is_not_a_terminal():
     """tqdm(..., disable=None) is tqdm's "only on a terminal": every bar of remat passes it."""
     bars = []
-    for path in (ROOT / "remat").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+    sources = ((path, path.read_text()) for path in (ROOT / "remat").rglob("*.py"))
+    for path, text in ((path, text) for path, text in sources if "tqdm(" in text):
+        for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "tqdm":
                 disable = [k.value for k in node.keywords if k.arg == "disable"]
                 bars.append((path.name, node.lineno, [getattr(v, "value", v) for v in disable]))
