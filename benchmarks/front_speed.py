@@ -4,7 +4,7 @@ For each chain length (random chains from tests/solver/chain/test_optimal_kernel
 issue's numbers came from: arbitrary byte sizes, transients on some stages, fixed seed) this
 runs, in the same run and each in its own subprocess:
 
-* ``pareto``: ``python -m remat pareto chain.json -o front.png --csv front.csv`` with the default
+* ``pareto``: ``python -m remat pareto chain.json --plot front.png --csv front.csv`` with the default
   strategies (every chain strategy), end to end: start-up, numba's cached code, the multi-scale DP
   front, every baseline's sweep, the CSV and the PNG;
 * ``front``: :func:`remat.solver.chain.optimal.optimal_front` alone (after loading the compiled kernel);
@@ -180,7 +180,7 @@ def run_size(n: int, seed: int, work: Path, repeats: int = 1) -> dict:
     path = work / f"chain{n}.json"
     save_profile(profile, path)
     png, table = work / f"front{n}.png", work / f"front{n}.csv"
-    command = [sys.executable, "-m", "remat", "pareto", str(path), "-o", str(png), "--csv", str(table)]
+    command = [sys.executable, "-m", "remat", "pareto", str(path), "--plot", str(png), "--csv", str(table)]
     baseline = timed_rss(solve_command(path, "store-all", "100%", work / f"baseline{n}.json"))
     solved = timed_rss(solve_command(path, "optimal", "50%", work / f"solve{n}.json"))
     pareto_rss = timed_rss(command)

@@ -25,9 +25,9 @@ sys.path.insert(0, str(ROOT / "tests" / "solver" / "graph"))  # test_chain_as_gr
 
 import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
 
-from remat.cli import reference_peak  # noqa: E402
 from remat.schedules import RematError, load_profile  # noqa: E402
 from remat.solver import solve  # noqa: E402
+from remat.solver.budget import reference_peak  # noqa: E402
 from remat.solver.deadline import Deadline  # noqa: E402
 from remat.solver.graph.chain_to_graph import chain_to_graph  # noqa: E402
 

@@ -80,7 +80,8 @@ def checkpoint(
             on a cut general in the sizes that change (traced once per set of changing dimensions
             and branch: :mod:`remat.api.shapes`).
         budget: bytes (int), a size (``"6GiB"``), a percentage of the store-all peak (``"40%"``) or a
-            fraction of it (float in (0, 1]). Activation memory of the step, parameters excluded.
+            fraction of it in (0, 1] (``0.4`` or ``"0.4"``; docs/formats.md, "Budgets"). Activation
+            memory of the step, parameters excluded.
         loss: optional ``loss(output)`` or ``loss(output, target)``; without it the step
             differentiates the model's own ``loss`` (Hugging Face with ``labels``) or its output.
         target: the example's target when ``loss`` takes one (then pass ``target=`` on each call).
@@ -105,7 +106,7 @@ def checkpoint(
     check_count("repeats", repeats, 1)
     check_count("warmup", warmup, 0)
     check_strategy(strategy)
-    resolve_budget(budget, 1)  # its form only (a size, a fraction): the bytes need the profile
+    resolve_budget(budget, None)  # its form only (a size, a share): a share's bytes need the profile
     if over_budget not in OVER_BUDGET:
         raise RematError(f"over_budget: expected one of {', '.join(map(repr, OVER_BUDGET))}, got {over_budget!r}")
     args, kwargs = split_inputs(example_inputs)

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from remat.schedules import RematError
-from remat.schedules.units import parse_size
+from remat.schedules.units import resolve_budget  # the one resolver, re-exported for the API
 
 
 def check_count(name: str, value: Any, least: int) -> int:
@@ -106,20 +106,6 @@ def split_inputs(example_inputs: Any) -> tuple[tuple, dict]:
         f"example_inputs: expected a tensor, a tuple of positional inputs or a dict of keyword inputs, "
         f"got {type(example_inputs).__name__}"
     )
-
-
-def resolve_budget(budget: int | float | str, store_all_peak: int) -> int:
-    """Bytes from ``budget``: an int (bytes), a size string (``"6GiB"``, ``"40%"`` of the store-all
-    peak) or a float in (0, 1] (a fraction of the store-all peak, in bytes)."""
-    if isinstance(budget, bool) or not isinstance(budget, (int, float, str)):
-        raise RematError(
-            f"budget: expected bytes (int), a size ('6GiB', '40%') or a fraction in (0, 1], got {budget!r}"
-        )
-    if isinstance(budget, float):
-        if not 0.0 < budget <= 1.0:
-            raise RematError(f"budget: a float is a fraction of the store-all peak in (0, 1], got {budget}")
-        return int(budget * store_all_peak)
-    return parse_size(budget, reference=store_all_peak)
 
 
 __all__ = [

@@ -57,13 +57,6 @@ def store_all_budget(cut: ShapeCut) -> int:
     return store_all_peak(cut.profile) + cut.side_bytes
 
 
-def _absolute(budget: int | float | str) -> int | None:
-    """Bytes of a budget that needs no store-all peak (bytes, ``"6GiB"``), else None."""
-    if isinstance(budget, float) or (isinstance(budget, str) and budget.strip().endswith("%")):
-        return None
-    return resolve_budget(budget, 1)
-
-
 def _least_schedule(profile: ChainProfile) -> Schedule:
     return solve(profile, minimum_budget(profile), "optimal")
 
@@ -111,7 +104,7 @@ class RematModel(nn.Module):
         self._example = example
         self._loss_given = loss_given
         self._spec = budget
-        self.budget: int | None = budget if first is not None else _absolute(budget)  # bytes once known
+        self.budget: int | None = budget if first is not None else resolve_budget(budget, None)  # bytes once known
         self._first: ShapeCut | None = first
         if first is None:
             args, kwargs, target = example

@@ -109,7 +109,7 @@ def __getattr__(name: str):  # the package's other names, imported when first us
 
         return build_parser
     if name == "reference_peak":
-        from remat.cli.budget import reference_peak
+        from remat.solver.budget import reference_peak  # where it lives; the old path keeps working
 
         return reference_peak
     raise AttributeError(f"module 'remat.cli' has no attribute {name!r}")

@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from remat.cli.args import check_paths, integer_at_least, output_file, plot_file
-from remat.cli.options import add_model_options, build_model, compiled_if, with_threads
+from remat.cli.options import add_model_options, build_model, compiled_if, model_command
 from remat.plots import comparison_figure, save_figure
 from remat.schedules import ChainProfile, GraphProfile, RematError, load_profile, load_schedule, write_json
 
@@ -155,7 +155,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     execute_cmd.add_argument(
         "--plot", type=plot_file, help="draw predicted and measured memory per op (MiB) into this PNG"
     )
-    execute_cmd.set_defaults(func=with_threads(run))
+    execute_cmd.set_defaults(func=model_command(run))
 
 
 __all__ = ["DEFAULT_STEPS", "add_parser", "run"]

@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="remat",
         description="Optimal activation checkpointing under a memory budget.",
-        epilog="example: remat solve examples/resnet_like.json --budget 40% --strategy chen-sqrt -o schedule.json",
+        epilog=f"example: {solve.EXAMPLE}",
     )
     parser.add_argument("--version", action="version", version=f"remat {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)

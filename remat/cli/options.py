@@ -1,8 +1,7 @@
 """The model options that ``remat profile``, ``remat execute`` and ``remat plan`` share, declared once.
 
-:func:`add_model_options` declares the whole set (``profile``, ``execute``); ``plan`` runs no
-torch threads, so it takes the parts it needs: :func:`add_model_and_input`,
-:func:`add_device_and_dtype` and :func:`add_library_options`.
+:func:`add_model_options` declares the whole set, the same for the three commands, and
+:func:`model_command` checks them (torch-free) before a command imports torch or builds a model.
 
 torch is imported inside :func:`with_threads` and :func:`compiled_if` only, when a command runs a
 model: ``import remat.cli`` (and ``remat solve``) stay free of its ~1 s import.
@@ -16,6 +15,7 @@ import os
 from collections.abc import Callable
 
 from remat.cli.args import cpu_count, integer_between
+from remat.models.arguments import dtype_name, input_dtype_name, parse_config, parse_input_range, parse_shape
 from remat.schedules import RematError, format_size
 
 DTYPES = ("float32", "float16", "bfloat16", "float64")
@@ -38,10 +38,10 @@ def add_device_and_dtype(command: argparse.ArgumentParser, device_help: str = DE
     command.add_argument("--dtype", default=DEFAULT_DTYPE, help=dtypes)
 
 
-def add_model_options(command: argparse.ArgumentParser) -> None:
+def add_model_options(command: argparse.ArgumentParser, device_help: str = DEVICE_HELP) -> None:
     """Every model option: model, input, device, dtype, torch threads and a library model's config and inputs."""
     add_model_and_input(command)
-    add_device_and_dtype(command)
+    add_device_and_dtype(command, device_help)
     command.add_argument(
         "--threads",
         type=integer_between(1, cpu_count, "this machine's CPUs"),
@@ -55,6 +55,28 @@ def add_library_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--config", help="library model config, e.g. n_layer=2,n_embd=64 (--model transformers:gpt2)")
     command.add_argument("--input-dtype", help="input dtype if not --dtype: int64 for token ids")
     command.add_argument("--input-range", help="integer inputs drawn from LOW,HIGH (default 0,vocab_size)")
+
+
+def check_model_arguments(args: argparse.Namespace) -> None:
+    """Refuse a malformed model option (``--input-shape 8,3,32x32``, ``--dtype fp33``, ``--config``,
+    ``--input-dtype``, ``--input-range``) in one line before torch is imported or a model is built."""
+    parse_shape(args.input_shape)
+    dtype_name(args.dtype)
+    input_dtype_name(getattr(args, "input_dtype", None))
+    parse_input_range(getattr(args, "input_range", None))
+    parse_config(getattr(args, "config", None))
+
+
+def model_command(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """A command that runs a model: its arguments checked first (:func:`check_model_arguments`,
+    torch-free), then ``command`` with ``--threads`` torch threads (:func:`with_threads`)."""
+    threaded = with_threads(command)
+
+    def run(args: argparse.Namespace) -> int:
+        check_model_arguments(args)
+        return threaded(args)
+
+    return run
 
 
 def build_model(args: argparse.Namespace, device):
@@ -137,6 +159,8 @@ __all__ = [
     "add_model_options",
     "build_model",
     "check_input_fits",
+    "check_model_arguments",
     "compiled_if",
+    "model_command",
     "with_threads",
 ]

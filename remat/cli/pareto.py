@@ -20,10 +20,10 @@ from remat.cli.args import (
     refuse_unless_applies,
     seconds,
 )
-from remat.cli.budget import profile_kind
 from remat.plots import plot_front, preload  # matplotlib itself is imported only when called
 from remat.schedules import RematError, format_size, load_profile
 from remat.solver import STRATEGIES, strategy_names
+from remat.solver.budget import profile_kind
 from remat.solver.chain.optimal import DEFAULT_SLOTS
 from remat.solver.front import overhead_percent, write_front_csv, write_front_json
 from remat.solver.pareto.chain import chain_front
@@ -48,8 +48,12 @@ class _Front:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Sweep the front, print one line per strategy (and the marked points), write ``--csv``, ``--json``, ``-o``."""
-    check_paths(args, {"PROFILE": "profile"}, {"-o": "output", "--csv": "csv", "--json": "json"})
+    """Sweep the front, print one line per strategy (and the marked points), write ``--csv``, ``--json``, ``--plot``."""
+    if args.old_output is not None:  # -o was the plot before it meant a command's main output
+        raise RematError(
+            f"-o {args.old_output}: pareto draws its plot with --plot {args.old_output} (--csv, --json: the points)"
+        )
+    check_paths(args, {"PROFILE": "profile"}, {"--plot": "plot", "--csv": "csv", "--json": "json"})
     profile = load_profile(args.profile)
     kind = profile_kind(profile)
     strategies = _strategies(args.strategies, kind)
@@ -69,10 +73,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         write_front_json(profile, front.points, front.store_all_ms, args.json)
         print(f"wrote {args.json}")
-    if args.output:
+    if args.plot:
         title = f"{profile.name}: step time vs peak memory"
-        plot_front(title, front.by_strategy, front.store_all_ms, args.output, front.marks)
-        print(f"wrote {args.output}")
+        plot_front(title, front.by_strategy, front.store_all_ms, args.plot, front.marks)
+        print(f"wrote {args.plot}")
     return 0
 
 
@@ -118,7 +122,7 @@ def _strategies(text: str | None, kind: str) -> list[str]:
 
 def _chain_front(profile, strategies: list[str], args: argparse.Namespace) -> _Front:
     # matplotlib's import (~0.5 s) overlaps the DP's last tables instead of following them
-    waiting = preload if args.output else None
+    waiting = preload if args.plot else None
     front = chain_front(
         profile,
         strategies,
@@ -205,10 +209,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="plot the memory/compute Pareto front",
         description="Sweep the memory/compute trade-off of PROFILE: the optimal front (chain DP, or the "
         "graph solvers) and each baseline at a sweep of budgets; plot it and write CSV/JSON rows.",
-        epilog="example: remat pareto examples/resnet_like.json -o front.png --csv front.csv",
+        epilog="example: remat pareto examples/resnet_like.json --plot front.png --csv front.csv",
     )
     pareto.add_argument("profile", help="chain or graph profile (JSON)")
-    pareto.add_argument("-o", "--output", type=plot_file, help="write the plot (PNG, or .pdf, .svg) here")
+    pareto.add_argument("--plot", type=plot_file, help="write the plot (PNG, or .pdf, .svg) here")
+    # -o is each command's main output; pareto's plot was -o before: refused in run(), naming --plot
+    pareto.add_argument("-o", "--output", dest="old_output", help=argparse.SUPPRESS)
     pareto.add_argument("--csv", type=output_file, help="write one row per front point (CSV) here")
     pareto.add_argument("--json", type=output_file, help="write the front points (JSON) here")
     pareto.add_argument(

@@ -14,13 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from remat.cli.args import check_paths, output_file, plot_file
-from remat.cli.options import (
-    DEVICE_HELP,
-    add_device_and_dtype,
-    add_library_options,
-    add_model_and_input,
-    check_input_fits,
-)
+from remat.cli.options import DEVICE_HELP, add_model_options, check_input_fits, model_command
+from remat.models.arguments import parse_shape, parse_vary
 from remat.plots import save_figure
 from remat.schedules import RematError, format_size, parse_size, save_profile, save_schedule
 from remat.solver.plan import (
@@ -92,10 +87,6 @@ def _row(fit: Fit, label: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Profile, fit the growth, find each strategy's largest size and print (and write) the plan."""
-    # these import torch: here, so that ``import remat.cli`` stays free of its ~1 s import
-    from remat.models.loading import model_options, parse_dtype, parse_shape, resolve_device
-    from remat.profile.batch import NOMINAL_FLOP_PER_MS, chain_profiler, parse_vary
-
     check_paths(args, {}, {"-o": "output", "--save-profile": "save_profile", "--plot": "plot"})
     if args.device is not None and not args.measured:
         raise RematError("--device: applies with --measured only (a --meta plan runs on meta tensors, on no device)")
@@ -107,6 +98,15 @@ def run(args: argparse.Namespace) -> int:
     points = parse_points(args.points, shape[dim])
     if args.max_size < 1:
         raise RematError(f"--max-size: must be a positive integer, got {args.max_size}")
+    if str(args.fixed_bytes).strip().lower() != "auto":
+        try:  # its bytes are read after profiling (_fixed); a typo is refused now
+            parse_size(args.fixed_bytes)
+        except RematError as error:
+            raise RematError(f"--fixed-bytes: {error}") from None
+    # these import torch: after every argument is checked, and so that ``import remat.cli`` stays free of it
+    from remat.models.loading import model_options, parse_dtype, resolve_device
+    from remat.profile.batch import NOMINAL_FLOP_PER_MS, chain_profiler
+
     mode = "measured" if args.measured else "meta"
     device = resolve_device(args.device) if mode == "measured" else None
     dtype, options = parse_dtype(args.dtype), model_options(args)
@@ -258,7 +258,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "hidden_size=4096,num_hidden_layers=32,num_attention_heads=32,intermediate_size=11008 --input-dtype int64 "
         "--input-shape 1,2048 --vary dim=1 --memory 80GiB --fixed-bytes 54GB --max-overhead 20%",
     )
-    add_model_and_input(plan)
     plan.add_argument("--vary", default="batch", help="batch (default) or dim=N: the input dimension to grow")
     plan.add_argument("--memory", required=True, help="device memory: bytes, 80GB, 24GiB")
     plan.add_argument(
@@ -283,8 +282,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     mode = plan.add_mutually_exclusive_group()
     mode.add_argument("--meta", action="store_true", help="profile on meta tensors, times from FLOPs (default)")
     mode.add_argument("--measured", action="store_true", help="profile on the device: measured times and sizes")
-    add_device_and_dtype(plan, device_help=f"--measured: {DEVICE_HELP}")
-    add_library_options(plan)
+    add_model_options(plan, device_help=f"--measured: {DEVICE_HELP}")
     plan.add_argument("-o", "--output", type=output_file, help="write the optimal schedule at the planned size here")
     plan.add_argument(
         "--save-profile", type=output_file, help="write the chain profile at the planned size here (for remat execute)"
@@ -292,7 +290,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     plan.add_argument(
         "--plot", type=plot_file, help="draw the largest size against the overhead allowed (0-100%%) into this PNG"
     )
-    plan.set_defaults(func=run)
+    plan.set_defaults(func=model_command(run))
 
 
 __all__ = ["PlanResult", "add_parser", "parse_percent", "parse_points", "plan", "run"]

@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 
 from remat.cli.args import integer_at_least, output_file
-from remat.cli.budget import reference_peak
-from remat.cli.options import add_model_options, build_model, compiled_if, with_threads
+from remat.cli.options import DEVICE_HELP, add_model_options, build_model, compiled_if, model_command
 from remat.schedules import RematError, format_size, save_profile
+from remat.solver.budget import reference_peak
 
 DEFAULT_REPEATS = 5
 TIME_SOURCES = ("measured", "flops")
@@ -20,8 +20,8 @@ TIME_SOURCES = ("measured", "flops")
 
 def run(args: argparse.Namespace) -> int:
     """Build the model, profile it (chain, or ``--graph``), write the profile and print what it holds."""
-    from remat.models.loading import resolve_device
-
+    if args.device is not None and args.device.strip().lower() == "meta":  # what --meta does, as remat plan
+        args.meta, args.device = True, None
     if args.graph and args.options:
         raise RematError("--options: measures a chain's stage options; it does not apply with --graph")
     if args.graph and args.compile:
@@ -31,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
     args.time_source = args.time_source or TIME_SOURCES[0]
     if args.meta:
         return _profile_meta(args)
+    from remat.models.loading import resolve_device
 
     device = resolve_device(args.device)
     model, x = build_model(args, device)
@@ -74,7 +75,7 @@ def _profile_meta(args: argparse.Namespace) -> int:
 
     for flag, given in (("--graph", args.graph), ("--compile", args.compile), ("--options", args.options)):
         if given:
-            raise RematError(f"{flag}: does not apply with --meta (a chain profile on meta tensors)")
+            raise RematError(f"{flag}: does not apply with --meta or --device meta (a chain profile on meta tensors)")
     if args.device is not None:
         raise RematError("--device: does not apply with --meta (meta tensors are on no device)")
     shape = parse_shape(args.input_shape)
@@ -127,7 +128,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Run MODEL on a random input and write its per-stage times and memory as a profile.",
         epilog="example: remat profile --model remat.zoo.small:cnn --input-shape 8,3,32,32 -o cnn.json",
     )
-    add_model_options(profile_cmd)
+    add_model_options(profile_cmd, device_help=f"{DEVICE_HELP}; meta: as --meta")
     profile_cmd.add_argument("--graph", action="store_true", help="write a graph profile (op-level DAG) instead")
     profile_cmd.add_argument(
         "--repeats",
@@ -159,7 +160,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     profile_cmd.add_argument("--name", help="profile name (default: factory-bBATCH-device)")
     profile_cmd.add_argument("-o", "--output", type=output_file, required=True, help="write the profile JSON here")
-    profile_cmd.set_defaults(func=with_threads(run))
+    profile_cmd.set_defaults(func=model_command(run))
 
 
 __all__ = ["DEFAULT_REPEATS", "TIME_SOURCES", "add_parser", "run"]

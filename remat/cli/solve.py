@@ -20,17 +20,21 @@ from remat.cli.args import (
     output_file,
     seconds,
 )
-from remat.cli.budget import parse_budget, profile_kind, reference_peak
+from remat.cli.budget import parse_budget
 from remat.cli.text import solve_lines
 from remat.schedules import load_profile, save_schedule
 from remat.schedules.simulator import check_schedule
 from remat.solver import STRATEGIES, solve
+from remat.solver.budget import profile_kind, reference_peak
 from remat.solver.chain.optimal import DEFAULT_SLOTS
 from remat.solver.graph.hierarchical import SLOTS as HIERARCHICAL_SLOTS
 from remat.solver.graph.ilp import DEFAULT_TIME_LIMIT, FORMULATIONS
 
 DEFAULT_BUDGET_PERCENT = 100
-DEFAULT_STRATEGY = "store-all"
+# without --strategy: the strategy that meets every budget it can be met at, fastest (docs/strategies.md)
+DEFAULT_STRATEGIES = {"chain": "optimal", "graph": "hierarchical"}
+# the one example every help text shows (remat --help, remat solve --help)
+EXAMPLE = "remat solve examples/resnet_like.json --budget 40% --strategy optimal -o schedule.json"
 # the options a strategy may take, passed to it by name (each strategy says which it reads)
 STRATEGY_OPTIONS = ("segments", "checkpoints", "slots", "time_limit", "workers", "formulation")
 
@@ -40,9 +44,10 @@ def run(args: argparse.Namespace) -> int:
     check_paths(args, {"PROFILE": "profile"}, {"-o": "output"})
     profile = load_profile(args.profile)
     budget = parse_budget(args.budget, profile)
+    strategy = args.strategy if args.strategy is not None else DEFAULT_STRATEGIES[profile_kind(profile)]
     options = {name: getattr(args, name, None) for name in STRATEGY_OPTIONS}
-    with _elapsed_bar(profile, args.strategy, args.time_limit):
-        schedule = solve(profile, budget, args.strategy, **options)
+    with _elapsed_bar(profile, strategy, args.time_limit):
+        schedule = solve(profile, budget, strategy, **options)
     check_schedule(profile, schedule)
     if args.output:
         save_schedule(schedule, args.output)
@@ -90,19 +95,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "solve",
         help="solve a schedule for a profile under a memory budget",
         description="Solve a checkpointing schedule for PROFILE under a memory budget.",
-        epilog="example: remat solve examples/resnet_like.json --budget 6GiB --strategy chen-greedy -o schedule.json",
+        epilog=f"example: {EXAMPLE}",
     )
     solve_cmd.add_argument("profile", help="chain or graph profile (JSON)")
     solve_cmd.add_argument(
         "--budget",
         default=f"{DEFAULT_BUDGET_PERCENT}%",
-        help="memory budget: bytes, 6GiB, 500MB, or a percentage of the store-all peak like 40%% "
-        f"(default {DEFAULT_BUDGET_PERCENT}%%)",
+        help="memory budget: bytes, 6GiB, 500MB, a percentage of the store-all peak like 40%%, or a fraction "
+        f"of it like 0.4 (docs/formats.md, 'Budgets'; default {DEFAULT_BUDGET_PERCENT}%%)",
     )
     solve_cmd.add_argument(
         "--strategy",
-        default=DEFAULT_STRATEGY,
-        help=f"strategy name (see 'remat strategies'; default {DEFAULT_STRATEGY})",
+        help="strategy name (see 'remat strategies'; default: "
+        + ", ".join(f"{name} for a {kind} profile" for kind, name in DEFAULT_STRATEGIES.items())
+        + ")",
     )
     solve_cmd.add_argument("--segments", type=integer_at_least(1), help="sequential: force this many segments")
     solve_cmd.add_argument(
@@ -132,4 +138,4 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     solve_cmd.set_defaults(func=run)
 
 
-__all__ = ["DEFAULT_BUDGET_PERCENT", "DEFAULT_STRATEGY", "add_parser", "run"]
+__all__ = ["DEFAULT_BUDGET_PERCENT", "DEFAULT_STRATEGIES", "EXAMPLE", "add_parser", "run"]

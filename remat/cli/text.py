@@ -118,7 +118,8 @@ def _extra_rows(extra: dict[str, Any]) -> list[tuple[str, str]]:
     if "elapsed_seconds" in extra and "time_limit_seconds" in extra:
         rows.append(("time", f"{extra['elapsed_seconds']:.2f} s of the {extra['time_limit_seconds']:g} s limit"))
     if "checkpoints" in extra and "claim" in extra:
-        rows.append(("stored", f"at most {extra['checkpoints']} activations at once"))
+        count = extra["checkpoints"]
+        rows.append(("stored", f"at most {count} activation{'' if count == 1 else 's'} at once"))
     elif "checkpoints" in extra:
         steps = f", {extra['forward_steps']} forward steps" if "forward_steps" in extra else ""
         rows.append(("checkpoints", f"{extra['checkpoints']} slots{steps}"))

@@ -127,7 +127,8 @@ class RematCompiled(nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         signature = input_signature(args, kwargs)
         budget = self._session.budget
-        budget = budget if isinstance(budget, int) else f"{budget} of the store-all peak"
+        known = resolve_budget(budget, None)  # bytes, or None for a share of the store-all peak
+        budget = known if known is not None else f"{budget} of the store-all peak"
         first = signature not in self._calls
         # an allocation failure is one line naming the phase (remat.measure.oom), never a bad_alloc
         phase = "remat.compile's first call of this input shape (compiling, planning, measuring)"
@@ -567,7 +568,8 @@ def compile(  # noqa: A001 - the public name is remat.compile
             inputs and pre-allocated ``.grad`` tensors are not in it; the gradients the compiled
             backward returns are, as they are new tensors until autograd adds them into ``.grad``):
             bytes (int), a size (``"6GiB"``), a percentage of the store-all peak (``"40%"``) or a
-            fraction of it (float in (0, 1]). A malformed or out-of-range budget is refused here.
+            fraction of it in (0, 1] (``0.4``, ``"0.4"``; docs/formats.md, "Budgets"). A malformed or
+            out-of-range budget is refused here.
         times: ``"measured"`` (each joint graph's nodes run eagerly on fresh data) or
             ``"estimate"`` (remat's own bytes-and-FLOPs formula, :mod:`remat.joint.timing`; not
             inductor's cost model).

@@ -41,23 +41,8 @@ from remat.joint.profile import JointProfile, apply_torch_safety, joint_profile
 from remat.joint.solve import BelowLeast, Front, solve_front
 from remat.joint.timing import TIME_SOURCES, node_times
 from remat.schedules import RematError, Schedule
-from remat.schedules.units import parse_size
+from remat.schedules.units import is_share, resolve_budget  # the one resolver, re-exported
 from remat.solver.common import make_schedule
-
-
-def _relative(budget: int | float | str) -> bool:
-    """True for a fraction or a percentage (of the step's store-all peak)."""
-    return isinstance(budget, float) or (isinstance(budget, str) and budget.strip().endswith("%"))
-
-
-def resolve_budget(budget: int | float | str, reference: int) -> int:
-    """Bytes from ``budget``: an int (bytes), a size (``"6GiB"``), a percentage (``"40%"``) or a
-    float in (0, 1] (a fraction) of ``reference`` bytes (remat.checkpoint's forms)."""
-    if isinstance(budget, float):
-        if not 0.0 < budget <= 1.0:
-            raise RematError(f"budget: a float is a fraction of the store-all peak in (0, 1], got {budget}")
-        return int(budget * reference)
-    return parse_size(budget, reference=reference)
 
 
 @dataclass(frozen=True)
@@ -127,9 +112,7 @@ class Session:
         self.min_cut_ratios = check_ratios(min_cut_ratios)
         if times not in TIME_SOURCES:
             raise RematError(f"times: expected one of {', '.join(TIME_SOURCES)}, got {times!r}")
-        if isinstance(budget, bool) or not isinstance(budget, (int, float, str)):
-            raise RematError(f"budget: expected bytes (int), a size or percentage (str) or a fraction, got {budget!r}")
-        resolve_budget(budget, 1 << 40)  # a malformed size, a float outside (0, 1], a negative int
+        resolve_budget(budget, None)  # its form only: a malformed size, a fraction outside (0, 1], a negative int
         self.budget, self.times, self.ilp_seconds, self.repeats = budget, times, float(ilp_seconds), int(repeats)
         self.plans: list[RegionPlan] = []
         self.joints: dict[str, tuple[JointProfile, Front]] = {}
@@ -237,7 +220,7 @@ class RematPartitioner(CustomPartitionerFn):
             message = str(error)
             if held_before:
                 message += f" (region {region}: its share after {held_before} bytes held by earlier regions)"
-            if not _relative(session.budget) or session.step_budget is not None:
+            if not is_share(session.budget) or session.step_budget is not None:
                 raise BelowLeast(message) from None
             # a fraction of the step's store-all peak, whose later regions are not known yet:
             # take the least here and let the split over all regions decide (RematCompiled)

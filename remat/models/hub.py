@@ -16,12 +16,11 @@ torchvision is imported through :mod:`remat.models.compat` (CPU torch next to CU
 from __future__ import annotations
 
 import importlib
-import json
-from pathlib import Path
 from typing import Any
 
 from torch import nn
 
+from remat.models.arguments import parse_config  # torch-free; re-exported
 from remat.models.compat import import_torchvision
 from remat.schedules import RematError
 
@@ -31,48 +30,6 @@ LIBRARIES = ("transformers", "torchvision", "timm")
 def is_library_spec(spec: str) -> bool:
     """True for ``transformers:...``, ``torchvision:...`` and ``timm:...``."""
     return isinstance(spec, str) and spec.split(":", 1)[0] in LIBRARIES and spec.count(":") == 1
-
-
-def _value(text: str) -> Any:
-    lowered = text.strip().lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    if lowered in ("none", "null"):
-        return None
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text.strip()
-
-
-def parse_config(text: str | None) -> dict[str, Any]:
-    """``"n_layer=2,n_embd=64,activation=gelu"`` -> ``{"n_layer": 2, "n_embd": 64, "activation": "gelu"}``;
-    a path ending in ``.json`` (a Hugging Face ``config.json``, or any JSON object) -> its fields."""
-    if not text:
-        return {}
-    if text.strip().lower().endswith(".json"):
-        return _config_file(Path(text.strip()))
-    config: dict[str, Any] = {}
-    for part in text.split(","):
-        key, sep, value = part.partition("=")
-        if not sep or not key.strip() or not value.strip():
-            raise RematError(f"--config: expected key=value pairs separated by commas, got {part!r}")
-        config[key.strip()] = _value(value)
-    return config
-
-
-def _config_file(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise RematError(f"--config: no such file '{path}'") from None
-    except (OSError, ValueError) as error:
-        raise RematError(f"--config: cannot read '{path}' as JSON ({error})") from None
-    if not isinstance(data, dict):
-        raise RematError(f"--config: '{path}' holds a JSON {type(data).__name__}, not an object of config fields")
-    return data
 
 
 def _import(library: str) -> Any:

@@ -11,23 +11,19 @@ from typing import Any
 import torch
 from torch import nn
 
+from remat.models.arguments import (  # torch-free; parse_shape, parse_input_range re-exported
+    FLOAT_DTYPE_NAMES,
+    dtype_name,
+    float_dtype_name,
+    input_dtype_name,
+    parse_config,
+    parse_input_range,
+    parse_shape,
+)
 from remat.schedules import RematError
 
-# The one table of float dtype names (the CLI's --dtype/--input-dtype and the graph profiler's
-# ``dtype`` argument both read it through float_dtype).
-FLOAT_DTYPES = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "float": torch.float32,
-    "float64": torch.float64,
-    "double": torch.float64,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-    "half": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-}
-_INT_DTYPES = {"int64": torch.int64, "long": torch.int64, "int32": torch.int32, "int": torch.int32}
+# The one table of float dtype names (remat.models.arguments, torch-free), as torch dtypes.
+FLOAT_DTYPES = {name: getattr(torch, attribute) for name, attribute in FLOAT_DTYPE_NAMES.items()}
 
 
 def load_model(spec: str, config: dict[str, Any] | None = None) -> nn.Module:
@@ -62,28 +58,15 @@ def load_model(spec: str, config: dict[str, Any] | None = None) -> nn.Module:
     return model
 
 
-def parse_shape(text: str) -> tuple[int, ...]:
-    """``"32,3,224,224"`` -> ``(32, 3, 224, 224)``; positive integers only."""
-    try:
-        shape = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        shape = ()
-    if not shape or any(d <= 0 for d in shape):
-        raise RematError(f"--input-shape: expected comma-separated positive integers like 32,3,224,224, got {text!r}")
-    return shape
-
-
 def float_dtype(text: str) -> torch.dtype | None:
     """The float dtype ``text`` names (``"float32"``, ``"bf16"``, ``"torch.half"``; any case), or None."""
-    return FLOAT_DTYPES.get(text.lower().replace("torch.", ""))
+    name = float_dtype_name(text)
+    return None if name is None else getattr(torch, name)
 
 
 def parse_dtype(text: str) -> torch.dtype:
     """``"float32"`` etc. -> a torch dtype."""
-    dtype = float_dtype(text)
-    if dtype is None:
-        raise RematError(f"--dtype: unknown dtype {text!r} (use one of {', '.join(sorted(FLOAT_DTYPES))})")
-    return dtype
+    return getattr(torch, dtype_name(text))
 
 
 def resolve_device(text: str | None) -> torch.device:
@@ -103,35 +86,12 @@ def resolve_device(text: str | None) -> torch.device:
 
 def parse_input_dtype(text: str | None) -> torch.dtype | None:
     """``--input-dtype``: ``int64``/``int32`` (token ids) or a float dtype; None: the model's dtype."""
-    if text is None:
-        return None
-    dtype = _INT_DTYPES.get(text.lower().replace("torch.", ""))
-    if dtype is not None:
-        return dtype
-    try:
-        return parse_dtype(text)
-    except RematError:
-        names = ", ".join(sorted({*_INT_DTYPES, *FLOAT_DTYPES}))
-        raise RematError(f"--input-dtype: unknown dtype {text!r} (use one of {names})") from None
-
-
-def parse_input_range(text: str | None) -> tuple[int, int] | None:
-    """``--input-range 0,50257`` -> ``(0, 50257)``: integer inputs are drawn from [low, high)."""
-    if text is None:
-        return None
-    try:
-        low, high = (int(part) for part in text.split(","))
-    except ValueError:
-        raise RematError(f"--input-range: expected LOW,HIGH integers like 0,50257, got {text!r}") from None
-    if high <= low:
-        raise RematError(f"--input-range: HIGH must be above LOW, got {text!r}")
-    return low, high
+    name = input_dtype_name(text)
+    return None if name is None else getattr(torch, name)
 
 
 def model_options(args: Any) -> dict[str, Any]:
     """The CLI's ``--config``/``--input-dtype``/``--input-range`` as keyword arguments of :func:`build`."""
-    from remat.models.hub import parse_config
-
     return {
         "config": parse_config(getattr(args, "config", None)),
         "input_dtype": parse_input_dtype(getattr(args, "input_dtype", None)),

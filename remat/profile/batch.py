@@ -25,6 +25,7 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from remat.models.arguments import parse_vary  # torch-free; re-exported
 from remat.models.loading import chain_for, example_call, load_model
 from remat.models.meta import AttentionKernelAsOnCpu, count_cpu_flash_attention_flops, transformers_decisions_on_meta
 from remat.profile.chain import profile_chain
@@ -39,20 +40,6 @@ from remat.trace.proof import cut_model
 
 NOMINAL_FLOP_PER_MS = 1e9  # 1 TFLOP/s; sets the unit of meta-profile times only
 MODES = ("meta", "measured")
-
-
-def parse_vary(text: str, rank: int) -> int:
-    """``batch`` -> 0, ``dim=N`` -> N: the input dimension that varies (checked against ``rank``)."""
-    if text == "batch":
-        return 0
-    if text.startswith("dim="):
-        try:
-            dim = int(text[4:])
-        except ValueError:
-            dim = -1
-        if 0 <= dim < rank:
-            return dim
-    raise RematError(f"--vary: expected 'batch' or 'dim=N' with 0 <= N < {rank} (the input's rank), got {text!r}")
 
 
 def shape_at(shape: Sequence[int], dim: int, x: int) -> tuple[int, ...]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from remat.schedules import ChainProfile, GraphProfile, RematError, Schedule
+from remat.solver.budget import budget_bytes, profile_kind
 from remat.solver.chain import (
     chen_greedy,
     chen_sqrt,
@@ -59,19 +60,20 @@ def get_strategy(name: str, kind: str) -> Strategy:
     return strategy
 
 
-def solve(profile: ChainProfile | GraphProfile, budget: int, strategy: str, **options: Any) -> Schedule:
-    """Solve ``profile`` under ``budget`` bytes with the named strategy.
+def solve(profile: ChainProfile | GraphProfile, budget: int | float | str, strategy: str, **options: Any) -> Schedule:
+    """Solve ``profile`` under ``budget`` with the named strategy.
 
-    Options that are ``None`` are dropped; an option the strategy does not take is an error.
+    ``budget`` is bytes (an int, or ``"6GiB"``) or a share of the profile's store-all peak
+    (``"40%"``, ``0.4``, ``"0.4"``), read by the one resolver (remat.solver.budget). Options that
+    are ``None`` are dropped; an option the strategy does not take is an error.
     """
-    kind = "chain" if isinstance(profile, ChainProfile) else "graph"
-    chosen = get_strategy(strategy, kind)
+    chosen = get_strategy(strategy, profile_kind(profile))
     given = {k: v for k, v in options.items() if v is not None}
     for key in given:
         if key not in chosen.options:
             takes = ", ".join(chosen.options) or "no options"
             raise RematError(f"option '{key}' does not apply to strategy '{strategy}' (it takes: {takes})")
-    return chosen.solve(profile, int(budget), **given)
+    return chosen.solve(profile, budget_bytes(profile, budget), **given)
 
 
 __all__ = ["STRATEGIES", "Strategy", "get_strategy", "solve", "strategy_names", "GraphProfile"]

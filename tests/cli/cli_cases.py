@@ -284,7 +284,7 @@ def _issue24_cases() -> list[Case]:
     cases += [c(("simulate", "{chain}", "{schedule}", "--plot", "{schedule}"))]  # also not an image type
     cases += [c(("simulate", "{chain}", "{schedule_png}", "--plot", "{schedule_png}"))]
     cases += [c(("pareto", "{chain}", "--csv", "{d}/f", "--json", "{d}/f"))]
-    cases += [c(("pareto", "{chain}", "--csv", "{d}/f.csv", "-o", "{d}/f.csv"))]
+    cases += [c(("pareto", "{chain}", "--csv", "{d}/f.csv", "--plot", "{d}/f.csv"))]
     cases += [c(("pareto", "{chain_copy}", "--json", "{chain_copy}"))]
     base = ("execute", "--model", CNN, "--input-shape", "4,3,16,16", "--schedule", "{cnn_schedule}")
     cases += [c((*base, "--json", "{cnn_schedule}")), c((*base, "--json", "{d}/r.json", "--plot", "{d}/r.json"))]

@@ -112,8 +112,8 @@ def test_solve_output_in_plain_words(capsys, strategy):
         assert "cannot fit" in err and out == ""
         return
     profile = load_profile(RESNET)
-    from remat.cli import reference_peak
     from remat.schedules import format_size
+    from remat.solver.budget import reference_peak
 
     peak = reference_peak(profile)
     assert f"40% of the store-all peak, {format_size(peak)}" in out

@@ -30,7 +30,7 @@ CNN = ["--model", "remat.zoo.small:cnn", "--input-shape", "4,3,16,16"]
 OUTPUTS = [
     ("solve", "-o", ["solve", str(EXAMPLES / "resnet_like.json")]),
     ("simulate", "--plot", ["simulate", str(EXAMPLES / "resnet_like.json"), "{resnet_schedule}"]),
-    ("pareto", "-o", ["pareto", str(EXAMPLES / "resnet_like.json"), "--points", "4"]),
+    ("pareto", "--plot", ["pareto", str(EXAMPLES / "resnet_like.json"), "--points", "4"]),
     ("pareto", "--csv", ["pareto", str(EXAMPLES / "resnet_like.json"), "--points", "4"]),
     ("pareto", "--json", ["pareto", str(EXAMPLES / "resnet_like.json"), "--points", "4"]),
     ("profile", "-o", ["profile", *CNN, "--threads", "1", "--repeats", "1"]),
@@ -41,7 +41,7 @@ OUTPUTS = [
     ("execute", "--plot", ["execute", *CNN, "--threads", "1", "--schedule", "{cnn_schedule}", "--steps", "1"]),
 ]
 # Those that run a model (torch) or draw (matplotlib's import): over a second each.
-SLOW = {"profile", "plan", "execute", ("pareto", "-o"), ("simulate", "--plot")}
+SLOW = {"profile", "plan", "execute", ("pareto", "--plot"), ("simulate", "--plot")}
 
 
 @pytest.fixture(autouse=True)
@@ -154,4 +154,4 @@ def test_a_special_file_is_written_in_place(tmp_path, capsys):
         reader.join(10)
     assert f"wrote {fifo}" in capsys.readouterr().out
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
-    assert json.loads(received[0])["strategy"] == "store-all"
+    assert json.loads(received[0])["strategy"] == "optimal"  # the default strategy of a chain

@@ -197,7 +197,7 @@ def test_random_pareto_options(paths, option, text):
         (["solve", "{graph}", "--strategy", "lp-rounding", "--time-limit", "-1"], "must be a positive number"),
         (["pareto", "{chain}", "--points", "-3"], "--points: must be at least 1, got -3"),
         (["pareto", "{chain}", "--workers", "0"], "--workers: must be at least 1, got 0"),
-        (["pareto", "{chain}", "-o", "{d}/t.xyz"], "unsupported image type '.xyz'"),
+        (["pareto", "{chain}", "--plot", "{d}/t.xyz"], "unsupported image type '.xyz'"),
         (["pareto", "{chain}", "--csv", "{d}/missing/f.csv"], "directory '{d}/missing' does not exist"),
         (["profile", "--model", "m:f", "--input-shape", "4", "--repeats", "-3", "-o", "{d}/p.json"], "at least 1"),
     ],

@@ -42,7 +42,7 @@ def test_pareto_writes_plot_csv_json(tmp_path, capsys):
     save_profile(profile, path)
     png, csv_path, json_path = tmp_path / "front.png", tmp_path / "front.csv", tmp_path / "front.json"
     code = main(
-        ["pareto", str(path), "-o", str(png), "--csv", str(csv_path), "--json", str(json_path), "--slots", "200"]
+        ["pareto", str(path), "--plot", str(png), "--csv", str(csv_path), "--json", str(json_path), "--slots", "200"]
     )
     assert code == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

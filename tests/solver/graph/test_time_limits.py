@@ -13,9 +13,9 @@ import time
 import pytest
 
 import remat.solver.graph.ilp as ilp
-from remat.cli import reference_peak
 from remat.schedules import RematError, load_profile
 from remat.solver import solve
+from remat.solver.budget import reference_peak
 from remat.solver.deadline import MARGIN_FRACTION, MARGIN_SECONDS, Deadline, TimeUp
 from remat.solver.graph.chain_to_graph import chain_to_graph
 from remat.solver.graph.ilp.checkmate_search import solve_model, solve_relaxation
