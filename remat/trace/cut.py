@@ -51,6 +51,7 @@ from torch.utils import _pytree as pytree
 from remat.measure.memory import storage_key
 from remat.trace.boundary import storage_keys
 from remat.trace.capture import TrainingStep, first_tensor_index, reduce_output, trace
+from remat.trace.functions import saving_functions
 from remat.trace.nodes import module_path, mutates
 from remat.trace.positions import Plan, Source, plan
 from remat.trace.stage_errors import running_stage
@@ -85,6 +86,7 @@ def cut_step(
     leaves, spec = pytree.tree_flatten((args, kwargs, target))
     input_index = first_tensor_index(leaves)
     gm, examples, general = trace(step, args, kwargs, target, dynamic)
+    saving_functions(gm)  # NOTE [What a custom autograd.Function saves]
     plan_ = plan(step, gm, examples, leaves, input_index)
     check = dataclasses.replace(leaf_check(leaves, spec), dynamic=general)
     chain = CutChain(plan_, check, input_index)
