@@ -43,6 +43,7 @@ that let a stage run in any grad mode and any number of times) and :mod:`remat.t
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 import torch
@@ -52,6 +53,7 @@ from remat.measure.memory import storage_key
 from remat.trace.boundary import storage_keys
 from remat.trace.capture import TrainingStep, first_tensor_index, reduce_output, trace
 from remat.trace.functions import saving_functions
+from remat.trace.inline import inline_checkpoints
 from remat.trace.nodes import module_path, mutates
 from remat.trace.positions import Plan, Source, plan
 from remat.trace.stage_errors import running_stage
@@ -86,6 +88,13 @@ def cut_step(
     leaves, spec = pytree.tree_flatten((args, kwargs, target))
     input_index = first_tensor_index(leaves)
     gm, examples, general = trace(step, args, kwargs, target, dynamic)
+    regions = inline_checkpoints(gm)  # NOTE [The user's checkpoint regions]
+    if regions:
+        logging.getLogger("remat").warning(
+            "remat: inlined the model's own activation checkpointing (%d region%s); remat decides what to recompute",
+            regions,
+            "" if regions == 1 else "s",
+        )
     saving_functions(gm)  # NOTE [What a custom autograd.Function saves]
     plan_ = plan(step, gm, examples, leaves, input_index)
     check = dataclasses.replace(leaf_check(leaves, spec), dynamic=general)
