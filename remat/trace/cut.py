@@ -37,7 +37,9 @@ The parts, one module each: :mod:`remat.trace.capture` (the training step and it
 :mod:`remat.trace.naming` (stage names, merging), :mod:`remat.trace.stages` (:class:`CutStage`,
 :class:`CutChain`), :mod:`remat.trace.grad_mode` and :mod:`remat.trace.repeatable` (the rewrites
 that let a stage run in any grad mode and any number of times) and :mod:`remat.trace.stage_errors`
-(a failing stage as one line). This module puts them together (:func:`cut_step`) and re-exports their names.
+(a failing stage as one line), :mod:`remat.trace.inline` (the user's own checkpoint regions,
+inlined) and :mod:`remat.trace.functions` (custom autograd Functions, run so that autograd sees what
+they save). This module puts them together (:func:`cut_step`) and re-exports their names.
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ class _SavingFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, fwd: fx.GraphModule, bwd: fx.GraphModule, options: dict, *args: Any) -> Any:  # type: ignore[override]
         output, saved = fwd(*args)
-        checked = set(options["saved_for_backward_idx"])
+        checked = set(options.get("saved_for_backward_idx", ()))
         to_save: list[torch.Tensor] = []
         slots: list[tuple[str, Any]] = []  # per saved value: ("saved", index) or ("kept", the value)
         for k, value in enumerate(saved):
@@ -81,7 +81,7 @@ class _SavingFunction(torch.autograd.Function):
         ctx.bwd = bwd
         if options.get("dirty_idx"):
             ctx.mark_dirty(*_selected(output, options["dirty_idx"]))
-        if options["non_differentiable_idx"]:
+        if options.get("non_differentiable_idx"):
             ctx.mark_non_differentiable(*_selected(output, options["non_differentiable_idx"]))
         return output
 
