@@ -118,5 +118,5 @@ class UnpreservedNet(CheckpointedNet):
 def test_regions_that_do_not_preserve_the_rng_are_refused_naming_the_users_checkpointing():
     torch.manual_seed(0)
     model = UnpreservedNet(0.1).train()
-    with pytest.raises(RematError, match="model's own checkpointed regions .* preserve_rng_state=False"):
+    with pytest.raises(RematError, match="model's own checkpointed regions .*preserve_rng_state=False"):
         remat.checkpoint(model, (torch.randn(32, 64),), budget=1.0, loss=_loss, repeats=1, warmup=0)
