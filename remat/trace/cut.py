@@ -37,12 +37,15 @@ The parts, one module each: :mod:`remat.trace.capture` (the training step and it
 :mod:`remat.trace.naming` (stage names, merging), :mod:`remat.trace.stages` (:class:`CutStage`,
 :class:`CutChain`), :mod:`remat.trace.grad_mode` and :mod:`remat.trace.repeatable` (the rewrites
 that let a stage run in any grad mode and any number of times) and :mod:`remat.trace.stage_errors`
-(a failing stage as one line). This module puts them together (:func:`cut_step`) and re-exports their names.
+(a failing stage as one line), :mod:`remat.trace.inline` (the user's own checkpoint regions,
+inlined) and :mod:`remat.trace.functions` (custom autograd Functions, run so that autograd sees what
+they save). This module puts them together (:func:`cut_step`) and re-exports their names.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 import torch
@@ -51,6 +54,8 @@ from torch.utils import _pytree as pytree
 from remat.measure.memory import storage_key
 from remat.trace.boundary import storage_keys
 from remat.trace.capture import TrainingStep, first_tensor_index, reduce_output, trace
+from remat.trace.functions import saving_functions
+from remat.trace.inline import inline_checkpoints
 from remat.trace.nodes import module_path, mutates
 from remat.trace.positions import Plan, Source, plan
 from remat.trace.stage_errors import running_stage
@@ -85,6 +90,14 @@ def cut_step(
     leaves, spec = pytree.tree_flatten((args, kwargs, target))
     input_index = first_tensor_index(leaves)
     gm, examples, general = trace(step, args, kwargs, target, dynamic)
+    regions = inline_checkpoints(gm)  # NOTE [The user's checkpoint regions]
+    if regions:
+        logging.getLogger("remat").warning(
+            "remat: inlined the model's own activation checkpointing (%d region%s); remat decides what to recompute",
+            regions,
+            "" if regions == 1 else "s",
+        )
+    saving_functions(gm)  # NOTE [What a custom autograd.Function saves]
     plan_ = plan(step, gm, examples, leaves, input_index)
     check = dataclasses.replace(leaf_check(leaves, spec), dynamic=general)
     chain = CutChain(plan_, check, input_index)

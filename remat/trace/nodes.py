@@ -202,8 +202,17 @@ def is_context(node: fx.Node) -> bool:
     return node.op == "call_function" and node_name(node) in CONTEXT_FUNCTIONS
 
 
+FRESH_TUPLES = {"apply_saving", "autograd_function_apply"}
+"""Functions returning a tuple of tensors of their own: an item of it (``getitem``) is no view (a
+custom autograd.Function's outputs, NOTE [What a custom autograd.Function saves]; one that returns
+a view of its input is found by the cut's aliasing check, :mod:`remat.trace.cut`)."""
+
+
 def is_view(node: fx.Node) -> bool:
     """True if ``node``'s output may share its input's storage (a view, or a no-op conversion)."""
+    if node_name(node) == "getitem" and node.args and isinstance(node.args[0], fx.Node):
+        if node.args[0].op == "call_function" and node_name(node.args[0]) in FRESH_TUPLES:
+            return False
     return node_name(node) in VIEW_NAMES
 
 

@@ -30,7 +30,9 @@ from remat.trace.capture import TrainingStep
 from remat.trace.chain import Chain
 from remat.trace.cut import cut_step
 from remat.trace.fuse import fuse_unsaved_handoffs
+from remat.trace.inline import INLINED
 from remat.trace.kinds import StageOptions, _same, _same_boundary, _weight, check_forward_kinds
+from remat.trace.nodes import is_random
 from remat.trace.repeatable import shared_change
 from remat.trace.stages import CutChain
 
@@ -234,6 +236,12 @@ def _locate_cut(step: TrainingStep, chain: CutChain, saved: _Saved, args: tuple,
     with _off_device(step, args, kwargs, target):
         out = _step(step, lambda: torch.utils._pytree.tree_leaves(plan_.gm(*values))[0])
     if _first_difference(step, eager_step, _live(step, out)) is not None:
+        if any(n.meta.get(INLINED) and is_random(n) for n in plan_.gm.graph.nodes):
+            return (
+                "the traced program itself: the model's own checkpointed regions (torch.utils.checkpoint, inlined"
+                " by remat) draw random numbers, and the eager model's recompute draws others (preserve_rng_state"
+                "=False); turn the model's checkpointing off (remat decides what to recompute) or preserve the RNG"
+            )
         return (
             "the traced program itself: TorchDynamo's graph takes another code path than the eager model, with"
             " equal outputs but other gradients (Hugging Face models do so when no token is padded: eager then"
