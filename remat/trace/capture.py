@@ -42,6 +42,7 @@ from torch.utils import _pytree as pytree
 from remat.measure.oom import is_out_of_memory
 from remat.schedules import ProfileError, RematError
 from remat.trace import branches
+from remat.trace.eager_path import eager_answers
 
 
 def reduce_output(output: Any, loss: Callable[..., torch.Tensor] | None, target: Any) -> torch.Tensor:
@@ -175,7 +176,8 @@ def trace(
     try:
         # transformers' mask code branches on mask values: the trace takes eager's branch, guarded
         with branches.pinned(step.model, lambda: step(args, kwargs, target)):
-            with torch._dynamo.config.patch(ignore_logging_functions=_quiet_logging()):
+            # the model's is_compiling() branches take eager's path (NOTE [The eager path, traced])
+            with torch._dynamo.config.patch(ignore_logging_functions=_quiet_logging()), eager_answers():
                 torch.compile(step, backend=keep, fullgraph=True, dynamic=False)(args, kwargs, target)
     except _Captured:
         pass  # the graph was kept, not run
