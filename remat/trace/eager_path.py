@@ -9,9 +9,13 @@ constant while it traces (its handler of these "tracing state functions"), so th
 would hold the compiled path: another program than the eager model, and one whose higher-order
 ops fail when a stage runs them eagerly ("your tensor may have escaped from inside a function
 being vmapped"). remat runs its stages eagerly, so the trace must see what eager sees: while
-:func:`eager_answers` is open, these calls answer ``False`` (eager's answer) in every frame dynamo
-traces outside torch's own package. Torch's own code keeps dynamo's answer: its compiled paths
-are how torch makes itself traceable (a module call's hook handling, ``F.pad``'s decomposition),
+:func:`eager_answers` is open, these calls answer ``False`` (eager's answer) where the model's own
+code asks: in the files that define the classes of the model's modules (and its loss), the
+frame judged being the one that called the query (a wrapper whose name says "compiling", like
+transformers' ``is_torchdynamo_compiling``, is looked through). Library utility code keeps
+dynamo's answer, as torch's own code does: there the compiled path is how the library makes
+itself traceable with the same result (transformers' ``compile_compatible_method_lru_cache``
+skips its ``lru_cache``, which dynamo cannot trace: answering ``False`` there broke T5's trace),
 and the proof checks the result against the eager model either way. ``is_exporting()`` is left
 alone (dynamo reads its flag, False outside ``torch.export``, as eager does).
 """
@@ -19,6 +23,7 @@ alone (dynamo reads its flag, False outside ``torch.export``, as eager does).
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -54,11 +59,37 @@ def in_torch(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_TORCH_DIR)
 
 
+def model_files(*owners: Any) -> frozenset[str]:
+    """The source files (absolute) of the classes of every module of ``owners`` and of the
+    functions among them (a loss), torch's own left out: where "the model's own code" lives."""
+    files = set()
+    for owner in owners:
+        if owner is None:
+            continue
+        things = [type(m) for m in owner.modules()] if isinstance(owner, torch.nn.Module) else [owner]
+        for thing in things:
+            try:
+                path = inspect.getsourcefile(thing)
+            except TypeError:  # a builtin
+                continue
+            if path is not None and not in_torch(path):
+                files.add(os.path.abspath(path))
+    return frozenset(files)
+
+
+def _asker(tx: Any) -> str | None:
+    """The file of the frame that asked, looking through query wrappers (``...compiling...``)."""
+    while tx is not None and "compiling" in getattr(getattr(tx, "f_code", None), "co_name", ""):
+        tx = getattr(tx, "parent", None)
+    code = getattr(tx, "f_code", None)
+    return None if code is None else os.path.abspath(code.co_filename)
+
+
 @contextlib.contextmanager
-def eager_answers() -> Iterator[bool]:
-    """For its duration, dynamo traces ``is_compiling()`` (and the like) called outside torch as
-    ``False`` (NOTE [The eager path, traced]). Yields whether it could (False: this torch has no
-    such handler table; the trace then answers as dynamo does)."""
+def eager_answers(files: frozenset[str]) -> Iterator[bool]:
+    """For its duration, dynamo traces ``is_compiling()`` (and the like) asked by code of
+    ``files`` (:func:`model_files`) as ``False`` (NOTE [The eager path, traced]). Yields whether
+    it could (False: this torch has no such handler table; the trace then answers as dynamo does)."""
     handlers = _handlers()
     functions = [f for f in _compiling_functions() if handlers is not None and f in handlers]
     if handlers is None or not functions:
@@ -69,8 +100,7 @@ def eager_answers() -> Iterator[bool]:
     originals = {f: handlers[f] for f in functions}
 
     def answer(self: Any, tx: Any, *args: Any, **kwargs: Any) -> Any:
-        code = getattr(tx, "f_code", None)
-        if code is None or in_torch(code.co_filename) or args or kwargs:
+        if args or kwargs or _asker(tx) not in files:
             return originals[self.value](self, tx, *args, **kwargs)
         return ConstantVariable.create(False)
 
@@ -82,4 +112,4 @@ def eager_answers() -> Iterator[bool]:
         handlers.update(originals)
 
 
-__all__ = ["eager_answers", "in_torch"]
+__all__ = ["eager_answers", "in_torch", "model_files"]

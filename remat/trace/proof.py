@@ -26,7 +26,7 @@ from remat.measure.offload import Kept, OffDevice, existing_storages, saved_off_
 from remat.model_errors import first_line, where_in_model
 from remat.schedules import RematError
 from remat.trace.boundary import each, is_boundary, tensors
-from remat.trace.capture import TrainingStep
+from remat.trace.capture import HAND_CUT, GraphBreakError, TrainingStep, reduce_output
 from remat.trace.chain import Chain
 from remat.trace.cut import cut_step
 from remat.trace.fuse import fuse_unsaved_handoffs
@@ -218,12 +218,14 @@ def _locate_cut(step: TrainingStep, chain: CutChain, saved: _Saved, args: tuple,
         traced = recorder.run(*values)
         saved.reset()
         reference = step(args, kwargs, target)
-    traced_out = torch.utils._pytree.tree_leaves(traced)[0]
+    chain.bind(*args, target=target, **kwargs)  # the call's target, for the eager loss (chain.finish)
+    with torch.no_grad():
+        traced_out = chain.finish(torch.utils._pytree.tree_leaves(traced)[0])
     if not _same(traced_out.detach(), reference.detach()):
         return "the traced program itself (TorchDynamo's graph differs from the eager model)"
     saved.reset()
     got = _stage_outputs(chain, lambda: chain.run(*args, target=target, **kwargs), place)
-    for name, names, value in zip(chain.names, cuts, got, strict=True):
+    for name, names, value in zip(chain.names[: len(cuts)], cuts, got[: len(cuts)], strict=True):
         kept = tuple(recorder.kept.get(node) for node in names)
         if value is None or not _same_boundary(kept if len(kept) > 1 else kept[0], value):
             return f"stage '{name}'"
@@ -232,12 +234,12 @@ def _locate_cut(step: TrainingStep, chain: CutChain, saved: _Saved, args: tuple,
     eager_step = _kept_step(step, lambda: step(args, kwargs, target), place, (args, kwargs, target))
     saved.reset()
     with _off_device(step, args, kwargs, target):
-        out = _step(step, lambda: torch.utils._pytree.tree_leaves(plan_.gm(*values))[0])
+        out = _step(step, lambda: chain.finish(torch.utils._pytree.tree_leaves(plan_.gm(*values))[0]))
     if _first_difference(step, eager_step, _live(step, out)) is not None:
         return (
             "the traced program itself: TorchDynamo's graph takes another code path than the eager model, with"
             " equal outputs but other gradients (Hugging Face models do so when no token is padded: eager then"
-            " skips the causal mask and the trace cannot; give the model remat_stages() to cut it by hand)"
+            f" skips the causal mask and the trace cannot; {HAND_CUT})"
         )
     saved.reset()
     del out
@@ -307,7 +309,7 @@ def _locate_backward(
     place = OffDevice()
     traced_grads: dict[str, Kept] = {}
     recorder = _GradRecorder(gm, {name for names in handoffs for name in names}, traced_grads, place)
-    run_traced = lambda: torch.utils._pytree.tree_leaves(recorder.run(*values))[0]  # noqa: E731
+    run_traced = lambda: chain.finish(torch.utils._pytree.tree_leaves(recorder.run(*values))[0])  # noqa: E731
     traced = _kept_step(step, run_traced, place, (args, kwargs, target))
     saved.reset()
     chain_grads: dict[tuple[int, int], Kept] = {}
@@ -411,16 +413,43 @@ def cut_model(
     step = TrainingStep(model, loss)
     saved = _Saved(step)
     try:
-        with torch.no_grad():
-            step(args, kwargs, target)  # eager first: bad inputs and outputs fail here, in plain terms
+        with torch.no_grad():  # eager first: bad inputs and outputs fail here, in plain terms
+            output = model(*args, **kwargs)
+            reduce_output(output, loss, target)
+            one_tensor = isinstance(output, torch.Tensor)
+            del output
         saved.reset()
-        chain = cut_step(step, args, kwargs, target, dynamic)  # a stage that fails while it is cut: one line
+        chain = _cut_step_or_tail(step, args, kwargs, target, dynamic, one_tensor, saved)
         chain = fuse_unsaved_handoffs(chain, args, kwargs, target)
     finally:
         saved.restore()
     if prove:
         prove_cut(step, chain, args, kwargs, target, options)
     return chain
+
+
+def _cut_step_or_tail(
+    step: TrainingStep, args: tuple, kwargs: dict, target: Any, dynamic: frozenset, one_tensor: bool, saved: _Saved
+) -> CutChain:
+    """:func:`cut_step`; where TorchDynamo cannot trace the step as one graph but can trace the
+    model alone, and the user's ``loss=`` takes the model's one output tensor: the model's trace,
+    with the loss run eagerly after it (NOTE [A loss outside the trace])."""
+    try:
+        return cut_step(step, args, kwargs, target, dynamic)  # a stage that fails while it is cut: one line
+    except GraphBreakError as error:
+        if step.loss is None:
+            raise
+        whole = error
+    name = type(step.model).__name__
+    if not one_tensor:
+        raise RematError(
+            f"model: TorchDynamo cannot trace {name}'s step with its loss as one graph ({whole.reason}); the loss"
+            " could run eagerly after the chain, but the model returns no single tensor for it: make forward"
+            " return the tensor the loss reads"
+        )
+    saved.reset()
+    # a break in the model itself is refused by this trace, naming it
+    return cut_step(TrainingStep(step.model), args, kwargs, target, dynamic, tail=step.loss)
 
 
 _Call = tuple[int, int, int, Any, Kept]

@@ -11,7 +11,7 @@ from torch import nn
 
 import remat
 from remat.models.compat import import_torchvision
-from remat.trace.eager_path import eager_answers
+from remat.trace.eager_path import eager_answers, model_files
 
 
 def _transformers_ask():
@@ -61,14 +61,17 @@ def test_the_trace_runs_the_eager_path_exactly(name):
         assert torch.equal(a.grad, b.grad)
 
 
-def test_only_inside_the_context_and_torch_keeps_dynamos_answer():
+def test_only_the_models_files_inside_the_context_get_eagers_answer():
     def f(x: torch.Tensor) -> torch.Tensor:
         return x * 3 if torch.compiler.is_compiling() else x + 1
 
     x = torch.ones(2)
-    with eager_answers() as patched:
+    with eager_answers(model_files(f)) as patched:
         assert patched
         assert torch.equal(torch.compile(f, backend="eager", fullgraph=True)(x), x + 1)
+    torch._dynamo.reset()
+    with eager_answers(model_files(nn.Linear(2, 2))):  # torch's own files are never the model's
+        assert torch.equal(torch.compile(f, backend="eager", fullgraph=True)(x), x * 3)
     torch._dynamo.reset()
     assert torch.equal(torch.compile(f, backend="eager", fullgraph=True)(x), x * 3)  # put back
     torch._dynamo.reset()
