@@ -32,7 +32,7 @@ from remat.trace.cut import cut_step
 from remat.trace.fuse import fuse_unsaved_handoffs
 from remat.trace.kinds import StageOptions, _same, _same_boundary, _weight, check_forward_kinds
 from remat.trace.repeatable import shared_change
-from remat.trace.stages import CutChain
+from remat.trace.stages import CutChain, OneTensor, Tail
 
 # NOTE [The proof's memory]
 # The proof exists for the user whose step does not fit, so it must not need the memory remat is
@@ -416,7 +416,7 @@ def cut_model(
         with torch.no_grad():  # eager first: bad inputs and outputs fail here, in plain terms
             output = model(*args, **kwargs)
             reduce_output(output, loss, target)
-            one_tensor = isinstance(output, torch.Tensor)
+            one_tensor = OneTensor.of(output)
             del output
         saved.reset()
         chain = _cut_step_or_tail(step, args, kwargs, target, dynamic, one_tensor, saved)
@@ -429,11 +429,12 @@ def cut_model(
 
 
 def _cut_step_or_tail(
-    step: TrainingStep, args: tuple, kwargs: dict, target: Any, dynamic: frozenset, one_tensor: bool, saved: _Saved
-) -> CutChain:
+    step: TrainingStep, args: tuple, kwargs: dict, target: Any, dynamic: frozenset, one_tensor: OneTensor | None,
+    saved: _Saved,
+) -> CutChain:  # fmt: skip
     """:func:`cut_step`; where TorchDynamo cannot trace the step as one graph but can trace the
-    model alone, and the user's ``loss=`` takes the model's one output tensor: the model's trace,
-    with the loss run eagerly after it (NOTE [A loss outside the trace])."""
+    model alone, and the model's output holds one tensor (``one_tensor``): the model's trace up to
+    that tensor, with the user's ``loss=`` run eagerly after it (NOTE [A loss outside the trace])."""
     try:
         return cut_step(step, args, kwargs, target, dynamic)  # a stage that fails while it is cut: one line
     except GraphBreakError as error:
@@ -441,15 +442,16 @@ def _cut_step_or_tail(
             raise
         whole = error
     name = type(step.model).__name__
-    if not one_tensor:
+    if one_tensor is None:
         raise RematError(
             f"model: TorchDynamo cannot trace {name}'s step with its loss as one graph ({whole.reason}); the loss"
-            " could run eagerly after the chain, but the model returns no single tensor for it: make forward"
-            " return the tensor the loss reads"
+            " could run eagerly after the chain, but the model's output holds no single tensor for it (or holds"
+            " other objects than plain values): make forward return the tensor the loss reads"
         )
     saved.reset()
     # a break in the model itself is refused by this trace, naming it
-    return cut_step(TrainingStep(step.model), args, kwargs, target, dynamic, tail=step.loss)
+    head = TrainingStep(step.model, one_tensor.pick)
+    return cut_step(head, args, kwargs, target, dynamic, tail=Tail(step.loss, one_tensor))
 
 
 _Call = tuple[int, int, int, Any, Kept]
