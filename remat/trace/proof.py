@@ -26,7 +26,7 @@ from remat.measure.offload import Kept, OffDevice, existing_storages, saved_off_
 from remat.model_errors import first_line, where_in_model
 from remat.schedules import RematError
 from remat.trace.boundary import each, is_boundary, tensors
-from remat.trace.capture import HAND_CUT, GraphBreakError, TrainingStep, reduce_output
+from remat.trace.capture import HAND_CUT, GraphBreakError, TrainingStep
 from remat.trace.chain import Chain
 from remat.trace.cut import cut_step
 from remat.trace.fuse import fuse_unsaved_handoffs
@@ -413,13 +413,15 @@ def cut_model(
     step = TrainingStep(model, loss)
     saved = _Saved(step)
     try:
-        with torch.no_grad():  # eager first: bad inputs and outputs fail here, in plain terms
-            output = model(*args, **kwargs)
-            reduce_output(output, loss, target)
-            one_tensor = OneTensor.of(output)
-            del output
+        outputs: list[OneTensor | None] = []  # where the model's output holds its one tensor, if it does
+        handle = model.register_forward_hook(lambda _m, _i, out: outputs.append(OneTensor.of(out)))
+        try:
+            with torch.no_grad():
+                step(args, kwargs, target)  # eager first: bad inputs and outputs fail here, in plain terms
+        finally:
+            handle.remove()
         saved.reset()
-        chain = _cut_step_or_tail(step, args, kwargs, target, dynamic, one_tensor, saved)
+        chain = _cut_step_or_tail(step, args, kwargs, target, dynamic, outputs[0] if outputs else None, saved)
         chain = fuse_unsaved_handoffs(chain, args, kwargs, target)
     finally:
         saved.restore()
