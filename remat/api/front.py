@@ -30,15 +30,27 @@ from remat.api.shapes import ShapeCuts
 from remat.measure.oom import is_out_of_memory
 from remat.model_errors import one_line_errors
 from remat.schedules import RematError
-from remat.trace.capture import TrainingStep
+from remat.trace.capture import HAND_CUT, GraphBreakError, TrainingStep
 from remat.trace.proof import cut_model, prove_cut
 
-# the tracer's advice is the CLI's; remat.checkpoint cuts only what TorchDynamo traces as one graph
-_HAND_CUT = "give the model a remat_stages() method to cut it by hand"
+# the trace room's advice (HAND_CUT) is the CLI's: remat.checkpoint never reads remat_stages(), and
+# cuts only what TorchDynamo traces as one graph, a loss it cannot trace aside (passed as loss=:
+# NOTE [A loss outside the trace], remat/trace/stages.py)
 _ONE_GRAPH = (
-    "remat.checkpoint needs the training step as one graph: remove the graph break it names"
-    " (torch._dynamo.explain lists them), or pass loss= when the break is in the model's own loss"
+    "remat.checkpoint needs the model's forward as one graph: remove the graph break it names"
+    " (torch._dynamo.explain lists them); a loss TorchDynamo cannot trace (F.ctc_loss, a branch on tensor"
+    " values) runs eagerly after the chain when forward returns the tensor it reads and the loss is"
+    " passed as remat.checkpoint(..., loss=...)"
 )
+_ONE_PATH = "make the model take the same code path under TorchDynamo as eagerly; remat.checkpoint cuts the trace"
+
+
+def _advised(error: RematError) -> RematError:
+    """``error`` with the trace room's advice replaced by one that works for ``remat.checkpoint``."""
+    if HAND_CUT not in str(error) or is_out_of_memory(error):  # memory: named by the caller's phase
+        return error
+    advice = _ONE_GRAPH if isinstance(error, GraphBreakError) else _ONE_PATH
+    return RematError(str(error).replace(HAND_CUT, advice))
 
 
 def _cut(
@@ -51,9 +63,10 @@ def _cut(
         with one_line_errors(f"{what} ({described(args, kwargs)})"):
             return cut_model(model, args, kwargs, loss=loss, target=target, dynamic=dynamic, prove=False)
     except RematError as error:
-        if _HAND_CUT not in str(error) or is_out_of_memory(error):  # memory: named by the caller's phase
+        advised = _advised(error)
+        if advised is error:
             raise
-        raise RematError(str(error).replace(_HAND_CUT, _ONE_GRAPH)) from None
+        raise advised from None
 
 
 def checkpoint(
@@ -123,7 +136,13 @@ def checkpoint(
     def prove(chain: Any, call_args: tuple, call_kwargs: dict, call_target: Any, step: Any) -> None:
         check_inputs(model, call_args, call_kwargs)
         step_ = TrainingStep(model, checked_loss)
-        prove_cut(step_, chain, call_args, call_kwargs, call_target, chain_step=step)
+        try:
+            prove_cut(step_, chain, call_args, call_kwargs, call_target, chain_step=step)
+        except RematError as error:
+            advised = _advised(error)
+            if advised is error:
+                raise
+            raise advised from None
 
     cuts = ShapeCuts(make_chain, prove, repeats, warmup, compile, name=type(model).__name__.lower())
     # the example is cut, profiled, fitted to the budget (refused below the least), solved and

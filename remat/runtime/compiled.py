@@ -215,10 +215,10 @@ class CompiledChain(Chain):
     """A chain whose stages are :class:`CompiledStage` s; ``source`` is the eager chain. ``bind``,
     ``run`` and ``context`` are the source's (a cut chain's side values)."""
 
-    def __init__(self, source: Chain, stages: Sequence[CompiledStage], backend: str | Callable) -> None:
+    def __init__(self, source: Chain, stages: Sequence[nn.Module], backend: str | Callable) -> None:
         super().__init__(list(zip(source.names, stages, strict=True)))
         self.source = source
-        self.backend = stages[0].backend if stages else str(backend)
+        self.backend = next((s.backend for s in stages if isinstance(s, CompiledStage)), str(backend))
 
     def bind(self, *args, **kwargs) -> torch.Tensor:
         return self.source.bind(*args, **kwargs)
@@ -266,9 +266,12 @@ def compile_chain(
                 f"compile: stage '{name}' takes {len(x)} tensors from the stage before (a cut between blocks that"
                 " hand on several tensors); compiled stages take one: run it without compile=True"
             )
-        compiled = CompiledStage(stage, backend, compile_threads)
-        check_stage(compiled, x, name, applicable_policies(stage, x) if options else (), tolerance)
-        stages.append(compiled)
+        if getattr(stage, "remat_keep_eager", False):  # a loss TorchDynamo cannot trace (remat.trace.stages.LossTail)
+            stages.append(stage)
+        else:
+            compiled = CompiledStage(stage, backend, compile_threads)
+            check_stage(compiled, x, name, applicable_policies(stage, x) if options else (), tolerance)
+            stages.append(compiled)
         with torch.no_grad():
             x = stage(x)
     return CompiledChain(chain, stages, backend)

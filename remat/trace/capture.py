@@ -42,6 +42,7 @@ from torch.utils import _pytree as pytree
 from remat.measure.oom import is_out_of_memory
 from remat.schedules import ProfileError, RematError
 from remat.trace import branches
+from remat.trace.eager_path import eager_answers, model_files
 
 
 def reduce_output(output: Any, loss: Callable[..., torch.Tensor] | None, target: Any) -> torch.Tensor:
@@ -139,6 +140,19 @@ def _dynamic_dims(gm: fx.GraphModule, examples: list[Any], leaves: list[Any], as
     return DynamicDims(kept, order, guard, shape_env)
 
 
+# the advice of a refusal to cut a model from its trace: right for the CLI, whose name-based
+# chains read remat_stages(); each entry point that never reads it replaces it with its own
+HAND_CUT = "give the model a remat_stages() method to cut it by hand"
+
+
+class GraphBreakError(RematError):
+    """TorchDynamo cannot trace the step as one graph (a graph break): ``reason`` is its first line."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 class _Captured(Exception):  # noqa: N818 - a signal, not an error
     """Raised in place of running the traced graph (NOTE [A trace runs nothing])."""
 
@@ -175,7 +189,11 @@ def trace(
     try:
         # transformers' mask code branches on mask values: the trace takes eager's branch, guarded
         with branches.pinned(step.model, lambda: step(args, kwargs, target)):
-            with torch._dynamo.config.patch(ignore_logging_functions=_quiet_logging()):
+            # the model's is_compiling() branches take eager's path (NOTE [The eager path, traced])
+            with (
+                torch._dynamo.config.patch(ignore_logging_functions=_quiet_logging()),
+                eager_answers(model_files(step.model, step.loss)),
+            ):
                 torch.compile(step, backend=keep, fullgraph=True, dynamic=False)(args, kwargs, target)
     except _Captured:
         pass  # the graph was kept, not run
@@ -185,9 +203,8 @@ def trace(
         if is_out_of_memory(error):
             raise  # memory, not tracing: the caller names it as such
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise RematError(
-            f"model: TorchDynamo cannot trace {type(step.model).__name__} as one graph ({first}); "
-            "give the model a remat_stages() method to cut it by hand"
+        raise GraphBreakError(
+            f"model: TorchDynamo cannot trace {type(step.model).__name__} as one graph ({first}); {HAND_CUT}", first
         ) from None
     finally:
         torch._dynamo.reset()
@@ -217,4 +234,14 @@ def trace_fx(model: nn.Module) -> fx.GraphModule:
         ) from exc
 
 
-__all__ = ["DynamicDims", "input_fakes", "trace_fx", "TrainingStep", "first_tensor_index", "reduce_output", "trace"]
+__all__ = [
+    "HAND_CUT",
+    "DynamicDims",
+    "GraphBreakError",
+    "input_fakes",
+    "trace_fx",
+    "TrainingStep",
+    "first_tensor_index",
+    "reduce_output",
+    "trace",
+]

@@ -81,10 +81,17 @@ def _aliasing_stage(chain: CutChain, x: torch.Tensor) -> int | None:
 
 
 def cut_step(
-    step: TrainingStep, args: tuple, kwargs: dict, target: Any = None, dynamic: frozenset[tuple[int, int]] = frozenset()
+    step: TrainingStep,
+    args: tuple,
+    kwargs: dict,
+    target: Any = None,
+    dynamic: frozenset[tuple[int, int]] = frozenset(),
+    tail: Any = None,
 ) -> CutChain:
     """Trace ``step`` on the example and cut it (not yet proven: see :func:`remat.trace.proof.cut_model`),
-    general in the ``dynamic`` input dimensions where the model lets it (:func:`trace`).
+    general in the ``dynamic`` input dimensions where the model lets it (:func:`trace`). ``tail``:
+    a loss run eagerly after the traced stages (NOTE [A loss outside the trace]), for a ``step``
+    that ends at the model's one output tensor.
 
     The caller saves and restores the model's state (the trace and the aliasing check run it)."""
     leaves, spec = pytree.tree_flatten((args, kwargs, target))
@@ -100,13 +107,13 @@ def cut_step(
     saving_functions(gm)  # NOTE [What a custom autograd.Function saves]
     plan_ = plan(step, gm, examples, leaves, input_index)
     check = dataclasses.replace(leaf_check(leaves, spec), dynamic=general)
-    chain = CutChain(plan_, check, input_index)
+    chain = CutChain(plan_, check, input_index, tail)
     while len(plan_.stages) > 1:
         k = _aliasing_stage(chain, chain.bind(*args, target=target, **kwargs))
-        if k is None:
+        if k is None or k >= len(plan_.stages):  # (the eager loss is a function's result, not a graph's)
             break
         plan_ = plan_.merged(min(k, len(plan_.stages) - 2))
-        chain = CutChain(plan_, check, input_index)
+        chain = CutChain(plan_, check, input_index, tail)
     return chain
 
 

@@ -88,15 +88,16 @@ def fuse_unsaved_handoffs(chain: CutChain, args: tuple, kwargs: dict, target: An
     model's state (buffers, RNG) around this call, and proves the result."""
     if len(chain) < 2:
         return chain
-    fused = unsaved_handoffs(chain, chain.bind(*args, target=target, **kwargs))
+    plan = chain.plan
+    # the eager loss (NOTE [A loss outside the trace]) is no graph to merge into
+    fused = [k for k in unsaved_handoffs(chain, chain.bind(*args, target=target, **kwargs)) if k < len(plan.stages) - 1]
     if not fused:
         return chain
-    plan = chain.plan
     for k in reversed(fused):  # from the end, so earlier indices stay valid
         name = f"{plan.names[k]}+{plan.names[k + 1]}"
         merged = plan.merged(k)
         plan = dataclasses.replace(merged, names=(*merged.names[:k], name, *merged.names[k + 1 :]))
-    return CutChain(plan, chain._check, chain._input_index)
+    return CutChain(plan, chain._check, chain._input_index, chain.tail)
 
 
 __all__ = ["fuse_unsaved_handoffs", "unsaved_handoffs"]

@@ -26,7 +26,7 @@ from remat.measure.offload import Kept, OffDevice, existing_storages, saved_off_
 from remat.model_errors import first_line, where_in_model
 from remat.schedules import RematError
 from remat.trace.boundary import each, is_boundary, tensors
-from remat.trace.capture import TrainingStep
+from remat.trace.capture import HAND_CUT, GraphBreakError, TrainingStep
 from remat.trace.chain import Chain
 from remat.trace.cut import cut_step
 from remat.trace.fuse import fuse_unsaved_handoffs
@@ -34,7 +34,7 @@ from remat.trace.inline import INLINED
 from remat.trace.kinds import StageOptions, _same, _same_boundary, _weight, check_forward_kinds
 from remat.trace.nodes import is_random
 from remat.trace.repeatable import shared_change
-from remat.trace.stages import CutChain
+from remat.trace.stages import CutChain, OneTensor, Tail
 
 # NOTE [The proof's memory]
 # The proof exists for the user whose step does not fit, so it must not need the memory remat is
@@ -220,12 +220,14 @@ def _locate_cut(step: TrainingStep, chain: CutChain, saved: _Saved, args: tuple,
         traced = recorder.run(*values)
         saved.reset()
         reference = step(args, kwargs, target)
-    traced_out = torch.utils._pytree.tree_leaves(traced)[0]
+    chain.bind(*args, target=target, **kwargs)  # the call's target, for the eager loss (chain.finish)
+    with torch.no_grad():
+        traced_out = chain.finish(torch.utils._pytree.tree_leaves(traced)[0])
     if not _same(traced_out.detach(), reference.detach()):
         return "the traced program itself (TorchDynamo's graph differs from the eager model)"
     saved.reset()
     got = _stage_outputs(chain, lambda: chain.run(*args, target=target, **kwargs), place)
-    for name, names, value in zip(chain.names, cuts, got, strict=True):
+    for name, names, value in zip(chain.names[: len(cuts)], cuts, got[: len(cuts)], strict=True):
         kept = tuple(recorder.kept.get(node) for node in names)
         if value is None or not _same_boundary(kept if len(kept) > 1 else kept[0], value):
             return f"stage '{name}'"
@@ -234,7 +236,7 @@ def _locate_cut(step: TrainingStep, chain: CutChain, saved: _Saved, args: tuple,
     eager_step = _kept_step(step, lambda: step(args, kwargs, target), place, (args, kwargs, target))
     saved.reset()
     with _off_device(step, args, kwargs, target):
-        out = _step(step, lambda: torch.utils._pytree.tree_leaves(plan_.gm(*values))[0])
+        out = _step(step, lambda: chain.finish(torch.utils._pytree.tree_leaves(plan_.gm(*values))[0]))
     if _first_difference(step, eager_step, _live(step, out)) is not None:
         if any(n.meta.get(INLINED) and is_random(n) for n in plan_.gm.graph.nodes):
             return (
@@ -245,7 +247,7 @@ def _locate_cut(step: TrainingStep, chain: CutChain, saved: _Saved, args: tuple,
         return (
             "the traced program itself: TorchDynamo's graph takes another code path than the eager model, with"
             " equal outputs but other gradients (Hugging Face models do so when no token is padded: eager then"
-            " skips the causal mask and the trace cannot; give the model remat_stages() to cut it by hand)"
+            f" skips the causal mask and the trace cannot; {HAND_CUT})"
         )
     saved.reset()
     del out
@@ -315,7 +317,7 @@ def _locate_backward(
     place = OffDevice()
     traced_grads: dict[str, Kept] = {}
     recorder = _GradRecorder(gm, {name for names in handoffs for name in names}, traced_grads, place)
-    run_traced = lambda: torch.utils._pytree.tree_leaves(recorder.run(*values))[0]  # noqa: E731
+    run_traced = lambda: chain.finish(torch.utils._pytree.tree_leaves(recorder.run(*values))[0])  # noqa: E731
     traced = _kept_step(step, run_traced, place, (args, kwargs, target))
     saved.reset()
     chain_grads: dict[tuple[int, int], Kept] = {}
@@ -419,16 +421,47 @@ def cut_model(
     step = TrainingStep(model, loss)
     saved = _Saved(step)
     try:
-        with torch.no_grad():
-            step(args, kwargs, target)  # eager first: bad inputs and outputs fail here, in plain terms
+        outputs: list[OneTensor | None] = []  # where the model's output holds its one tensor, if it does
+        handle = model.register_forward_hook(lambda _m, _i, out: outputs.append(OneTensor.of(out)))
+        try:
+            with torch.no_grad():
+                step(args, kwargs, target)  # eager first: bad inputs and outputs fail here, in plain terms
+        finally:
+            handle.remove()
         saved.reset()
-        chain = cut_step(step, args, kwargs, target, dynamic)  # a stage that fails while it is cut: one line
+        chain = _cut_step_or_tail(step, args, kwargs, target, dynamic, outputs[0] if outputs else None, saved)
         chain = fuse_unsaved_handoffs(chain, args, kwargs, target)
     finally:
         saved.restore()
     if prove:
         prove_cut(step, chain, args, kwargs, target, options)
     return chain
+
+
+def _cut_step_or_tail(
+    step: TrainingStep, args: tuple, kwargs: dict, target: Any, dynamic: frozenset, one_tensor: OneTensor | None,
+    saved: _Saved,
+) -> CutChain:  # fmt: skip
+    """:func:`cut_step`; where TorchDynamo cannot trace the step as one graph but can trace the
+    model alone, and the model's output holds one tensor (``one_tensor``): the model's trace up to
+    that tensor, with the user's ``loss=`` run eagerly after it (NOTE [A loss outside the trace])."""
+    try:
+        return cut_step(step, args, kwargs, target, dynamic)  # a stage that fails while it is cut: one line
+    except GraphBreakError as error:
+        if step.loss is None:
+            raise
+        whole = error
+    name = type(step.model).__name__
+    if one_tensor is None:
+        raise RematError(
+            f"model: TorchDynamo cannot trace {name}'s step with its loss as one graph ({whole.reason}); the loss"
+            " could run eagerly after the chain, but the model's output holds no single tensor for it (or holds"
+            " other objects than plain values): make forward return the tensor the loss reads"
+        )
+    saved.reset()
+    # a break in the model itself is refused by this trace, naming it
+    head = TrainingStep(step.model, one_tensor.pick)
+    return cut_step(head, args, kwargs, target, dynamic, tail=Tail(step.loss, one_tensor))
 
 
 _Call = tuple[int, int, int, Any, Kept]

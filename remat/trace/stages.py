@@ -17,7 +17,7 @@ from torch.utils import _pytree as pytree
 
 from remat.schedules import RematError
 from remat.trace.boundary import Boundary, tensors
-from remat.trace.capture import DynamicDims
+from remat.trace.capture import DynamicDims, reduce_output
 from remat.trace.chain import Chain
 from remat.trace.grad_mode import within_entry_grad_mode
 from remat.trace.nodes import is_context
@@ -26,10 +26,82 @@ from remat.trace.repeatable import copy_mutated_sides
 
 
 class _Context:
-    """The side values of the current call (node name -> value), shared by the stages."""
+    """The side values of the current call (node name -> value) and its loss target, shared by the stages."""
 
     def __init__(self) -> None:
         self.values: dict[str, Any] = {}
+        self.target: Any = None
+
+
+# NOTE [A loss outside the trace]
+# A loss TorchDynamo cannot trace (``F.ctc_loss``: its output's shape depends on the targets'
+# values; a Python branch on a tensor's values) would make the whole step one refusal, since the
+# step is traced together with its loss. When the user passes that loss as ``loss=`` and the
+# model returns one tensor, the trace stops at the model's output and the loss becomes the
+# chain's last stage, ``LossTail``: the user's own function, run eagerly on the last traced
+# stage's output (put back in the model's output structure, a ``ModelOutput`` or dict whose one
+# tensor it is: ``OneTensor``) and the call's target. It is a stage like any other: profiled (its forward's
+# transient and what autograd saves in it are measured, so the prediction counts it), replayed
+# by the same schedules (recomputed if a schedule says so: it is a function of its input and the
+# target), and proven with the rest: the proof runs the whole step, cut chain and eager tail,
+# against the user's model followed by the loss. It is never compiled (``remat_keep_eager``).
+
+
+@dataclass(frozen=True)
+class OneTensor:
+    """Where the one tensor of a model's output sits (a tensor, a tuple, a dict, a ``ModelOutput``):
+    ``index`` among its flattened leaves (``spec``); the other leaves as the example had them."""
+
+    spec: Any
+    leaves: tuple
+    index: int
+
+    @staticmethod
+    def of(output: Any) -> OneTensor | None:
+        """``output``'s, or None when it holds no tensor, several, or other objects than plain
+        values (a cache object holds tensors, which a kept copy of the example would keep alive)."""
+        leaves, spec = pytree.tree_flatten(output)
+        found = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+        plain = all(leaf is None or isinstance(leaf, (torch.Tensor, bool, int, float, str)) for leaf in leaves)
+        if len(found) != 1 or not plain:
+            return None
+        return OneTensor(spec, tuple(None if i == found[0] else v for i, v in enumerate(leaves)), found[0])
+
+    def pick(self, output: Any, *_: Any) -> torch.Tensor:
+        """The tensor of ``output`` (the traced model's step ends here)."""
+        return pytree.tree_leaves(output)[self.index]
+
+    def rebuild(self, x: torch.Tensor) -> Any:
+        """The model's output with ``x`` as its tensor (what the user's loss reads)."""
+        leaves = list(self.leaves)
+        leaves[self.index] = x
+        return pytree.tree_unflatten(leaves, self.spec)
+
+
+@dataclass(frozen=True)
+class Tail:
+    """The user's ``loss`` after the traced model, on its output rebuilt around the one tensor."""
+
+    loss: Any
+    output: OneTensor
+
+    def __call__(self, x: torch.Tensor, target: Any) -> torch.Tensor:
+        return reduce_output(self.output.rebuild(x), self.loss, target)
+
+
+class LossTail(nn.Module):
+    """The user's loss run eagerly on the last traced stage's output (NOTE [A loss outside the trace])."""
+
+    remat_keep_eager = True  # compile=True leaves it eager: TorchDynamo could not trace it
+
+    def __init__(self, tail: Tail, context: _Context) -> None:
+        super().__init__()
+        self.loss = tail.loss  # a loss module's parameters and buffers are the stage's
+        self.tail = tail
+        self.context = context
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.tail(x, self.context.target)
 
 
 def _attr_module(tensors: list[tuple[str, Any]]) -> nn.Module:
@@ -129,7 +201,7 @@ class CutChain(Chain):
     """A model cut from its traced training step: :meth:`bind` a call's inputs (computes the side
     values, returns the chain input a_0), then run the stages on a_0 (``forward``) or replay them."""
 
-    def __init__(self, plan_: Plan, check: LeafCheck, input_index: int) -> None:
+    def __init__(self, plan_: Plan, check: LeafCheck, input_index: int, tail: Tail | None = None) -> None:
         self.context = _Context()
         stages = []
         for k, nodes in enumerate(plan_.stages):
@@ -141,8 +213,11 @@ class CutChain(Chain):
             # changes a side value it reads (remat.trace.repeatable)
             body = within_entry_grad_mode(copy_mutated_sides(body))
             stages.append((plan_.names[k], CutStage(body, sides, self.context)))
+        if tail is not None:  # the user's loss, eagerly after the traced stages
+            stages.append(("eager_loss", LossTail(tail, self.context)))
+        self.tail = tail
         super().__init__(stages)
-        side_names = {s for _, st in stages for s in st.sides}
+        side_names = {s for _, st in stages for s in getattr(st, "sides", ())}
         wanted = [n for n in plan_.prelude if n.name in side_names]
         context_nodes = [n for n in plan_.gm.graph.nodes if is_context(n)]
         prelude_nodes = [n for n in plan_.gm.graph.nodes if n in set(plan_.prelude) or n in set(context_nodes)]
@@ -165,7 +240,13 @@ class CutChain(Chain):
         computed = self._prelude(*[values[name] for name in self._prelude_inputs])
         values.update(zip(self._prelude_outputs, computed, strict=True))
         self.context.values = values
+        self.context.target = target
         return leaves[self._input_index]
+
+    def finish(self, output: torch.Tensor) -> torch.Tensor:
+        """The step's result from the traced graph's ``output``: the eager loss applied to it when
+        the chain ends in one (NOTE [A loss outside the trace]), else ``output`` itself."""
+        return output if self.tail is None else self.tail(output, self.context.target)
 
     def run(self, *args: Any, target: Any = None, **kwargs: Any) -> torch.Tensor:
         """``bind`` then the plain (no remat) chain: the cut model's training-step output."""
@@ -212,4 +293,4 @@ def _fixed(shape: Any, leaf: int, general: frozenset[tuple[int, int]]) -> tuple:
     return tuple(None if (leaf, d) in general else int(n) for d, n in enumerate(shape))
 
 
-__all__ = ["CutChain", "CutStage", "LeafCheck", "leaf_check"]
+__all__ = ["CutChain", "CutStage", "LeafCheck", "LossTail", "OneTensor", "Tail", "leaf_check"]

@@ -107,4 +107,4 @@ def test_a_graph_break_says_what_works_for_remat_checkpoint():
         remat.checkpoint(Breaks().train(), torch.randn(4, 8))
     message = str(info.value)
     assert "\n" not in message and "TorchDynamo cannot trace Breaks" in message, message
-    assert "remat_stages" not in message and "remat.checkpoint needs the training step as one graph" in message
+    assert "remat_stages" not in message and "remat.checkpoint needs the model's forward as one graph" in message
