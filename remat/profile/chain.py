@@ -123,7 +123,12 @@ def profile_stage(
     with AllocatorMeter(device) as meter:
         out = forward_nograd()
     if _aliased(stage, x, out):
-        raise RematError(f"stage '{name}': its output is a view of its input or a parameter; merge it with a neighbour")
+        raise RematError(
+            f"stage '{name}' ({type(stage).__name__}): its output is a view of its input or a parameter, which a"
+            " chain cannot hand on; merge it with a neighbour: put the two in one nn.Sequential, one child of"
+            " the model (or one item of the stage list), or give the model a remat_stages() method returning"
+            " [(name, module), ...]; remat.checkpoint(model, ...) cuts the model from its trace, never after a view"
+        )
     output_size = boundary_bytes(out, device)
     inputs = set(storage_keys(x))
     handed_on = boundary_bytes(out, device, only=lambda t: storage_key(t) in inputs)  # a_i's, unchanged

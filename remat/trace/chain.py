@@ -5,8 +5,9 @@ Accepted shapes, tried in this order by :func:`as_chain`:
 * a :class:`Chain` (returned as is);
 * an object with a ``remat_stages()`` method returning ``[(name, module), ...]`` (the hook for
   user models of any other shape);
-* ``nn.Sequential`` (each child is a stage; a child working in place joins the stage before it),
-  ``nn.ModuleList`` or a list/tuple of modules;
+* ``nn.Sequential`` (each child is a stage), ``nn.ModuleList`` or a list/tuple of modules; a child
+  working in place (``ReLU(inplace=True)``) or only reshaping (``Flatten``, ``Unflatten``,
+  ``Identity``) joins the stage before it (the first such children, the stage after them);
 * a ResNet-style net (torchvision layout: ``conv1 bn1 relu maxpool layer1..layer4 avgpool fc``,
   or timm's ``act1`` for ``relu``),
   cut at its residual blocks: ``stem``, every block of every ``layerK``, ``head``;
@@ -61,16 +62,34 @@ class Chain(nn.Module):
 _RESNET_STEM = ("conv1", "bn1", "relu", "act1", "maxpool")  # act1: timm's name for the stem ReLU
 
 
-def _sequential_stages(model: nn.Sequential) -> list[tuple[str, nn.Module]]:
-    """One stage per child, except that a child working in place (``ReLU(inplace=True)``) joins
-    the stage before it: as a stage of its own it would modify its input, a leaf that requires grad
-    in a recording forward (autograd refuses that). Merged stages are named ``first-last``."""
+_VIEW_MODULES: tuple[type[nn.Module], ...] = (nn.Flatten, nn.Unflatten, nn.Identity)
+"""Modules whose output is their input or a view of it (``nn.Flatten`` of a contiguous tensor)."""
+
+
+def _joins_a_neighbour(child: nn.Module) -> bool:
+    """Whether ``child`` cannot be a stage of its own in a list of stages: it works in place
+    (``ReLU(inplace=True)``: it would modify its input, a leaf that requires grad in a recording
+    forward, which autograd refuses) or only reshapes (:data:`_VIEW_MODULES`: its output would be a
+    view of its input, which the profiler refuses, as the cut of a trace never ends a stage on a
+    view, remat.trace.nodes.VIEW_NAMES)."""
+    return getattr(child, "inplace", False) is True or isinstance(child, _VIEW_MODULES)
+
+
+def _grouped_stages(children: Sequence[tuple[str, nn.Module]]) -> list[tuple[str, nn.Module]]:
+    """One stage per child, except that a child that cannot be a stage of its own
+    (:func:`_joins_a_neighbour`) joins the stage before it, or, at the start, the stage after it.
+    Merged stages are named ``first-last`` (``8-9`` for an ``AdaptiveAvgPool2d`` and the
+    ``Flatten`` after it) and run their children in order (an ``nn.Sequential`` of them)."""
     groups: list[list[tuple[str, nn.Module]]] = []
-    for name, child in model.named_children():
-        if groups and getattr(child, "inplace", False) is True:
-            groups[-1].append((name, child))
+    leading: list[tuple[str, nn.Module]] = []  # view/in-place children before the first real stage
+    for name, child in children:
+        if _joins_a_neighbour(child):
+            (groups[-1] if groups else leading).append((name, child))
         else:
-            groups.append([(name, child)])
+            groups.append([*leading, (name, child)])
+            leading = []
+    if leading:  # only such children: one stage (the profiler refuses it if it is a view)
+        groups.append(leading)
     stages = []
     for group in groups:
         if len(group) == 1:
@@ -124,13 +143,13 @@ def as_chain(model: nn.Module | Sequence[nn.Module] | Chain) -> Chain:
     if hasattr(model, "remat_stages"):
         return Chain(list(model.remat_stages()))
     if isinstance(model, nn.Sequential):
-        return Chain(_sequential_stages(model))
+        return Chain(_grouped_stages(list(model.named_children())))
     if isinstance(model, (nn.ModuleList, list, tuple)):
         modules = list(model)
         for index, module in enumerate(modules):
             if not isinstance(module, nn.Module):
                 raise RematError(f"model: item {index} of the stage list is a {type(module).__name__}, not a module")
-        return Chain([(str(i), m) for i, m in enumerate(modules)])
+        return Chain(_grouped_stages([(str(i), m) for i, m in enumerate(modules)]))
     if isinstance(model, nn.Module):
         stages = _resnet_stages(model) or _transformer_stages(model)
         if stages:

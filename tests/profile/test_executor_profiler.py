@@ -72,6 +72,35 @@ def test_output_aliasing_the_input_is_rejected():
         _stage(Alias(), torch.randn(4, 4))
 
 
+def test_a_stage_whose_output_is_a_view_is_refused_saying_how_to_merge_it():
+    """A module the chain cannot know reshapes (issue 43: the message said "merge it with a
+    neighbour", not how): the refusal names the stage, its type and the two ways to merge it."""
+    model = nn.Sequential(nn.Linear(4, 4), Alias(), nn.Linear(8, 2))
+    with pytest.raises(RematError, match=r"stage '1' \(Alias\).*one nn.Sequential.*remat_stages\(\)") as error:
+        profile_chain(model, torch.randn(2, 4), repeats=1, warmup=0)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.slow
+def test_a_sequential_ending_in_pool_flatten_linear_profiles():
+    """issue 43: the README's hand-built loop failed on an ordinary nn.Sequential ending in
+    AdaptiveAvgPool2d, Flatten, Linear (the Flatten, a stage of its own, returns a view of its
+    input). A child that only reshapes joins the stage before it, as one that works in place
+    does; at the start, the stage after it."""
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 4, 3), nn.ReLU(inplace=True), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2)
+    )
+    x = torch.randn(2, 3, 8, 8)
+    chain = as_chain(model)
+    assert chain.names == ["0-1", "2-3", "4"]
+    assert torch.equal(chain(x), model(x))
+    profile = profile_chain(model, x, repeats=1, warmup=0)
+    assert [s.name for s in profile.stages] == chain.names
+    assert as_chain(nn.Sequential(nn.Flatten(), nn.Identity(), nn.Linear(12, 2))).names == ["0-2"]
+    assert as_chain([nn.Linear(4, 4), nn.Identity(), nn.Unflatten(1, (2, 2)), nn.ReLU()]).names == ["0-2", "3"]
+
+
 def test_profiling_leaves_the_model_unchanged():
     torch.manual_seed(0)
     model = small.cnn()
