@@ -9,9 +9,11 @@ from torch import nn
 
 import remat
 import remat.trace.proof as proof
+from remat.measure.allocator import AllocatorMeter
+from remat.measure.offload import PIECE_BYTES
 from remat.measure.oom import OutOfMemory
 from remat.replay.chain import RematChain
-from remat.schedules import RematError
+from remat.schedules import InfeasibleBudgetError, RematError
 
 HUGE = 2**60  # bytes no allocator serves
 SMALL = 4  # batches up to this size fit; larger ones ask for HUGE bytes
@@ -108,3 +110,31 @@ def test_a_graph_break_says_what_works_for_remat_checkpoint():
     message = str(info.value)
     assert "\n" not in message and "TorchDynamo cannot trace Breaks" in message, message
     assert "remat_stages" not in message and "remat.checkpoint needs the training step as one graph" in message
+
+
+def _square_mean(output: torch.Tensor) -> torch.Tensor:
+    return output.square().mean()
+
+
+@pytest.mark.slow
+def test_the_first_call_as_a_whole_peaks_within_the_budget():
+    """The allocator's peak over the whole first call (trace, profile, solve, proof), read by a
+    meter around it (meters nest: remat meters inside), at the least budget, far below the plain
+    step: at most the budget plus what the proof holds by design beside the step it runs (one piece
+    read back, NOTE [The proof's memory]) and the generators' states remat snapshots (a few per
+    step). The gradients are None before the call: the budget counts them as the step makes them."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(256, 256), nn.Tanh()) for _ in range(8)]).train()
+    x = torch.randn(512, 256)
+    with AllocatorMeter("cpu") as plain:
+        _square_mean(model(x)).backward()
+    with pytest.raises(InfeasibleBudgetError) as refused:  # the least, named before any proof
+        remat.checkpoint(model, x, budget=1, loss=_square_mean, repeats=1, warmup=0)
+    least = refused.value.min_budget
+    beside = PIECE_BYTES + 8 * torch.get_rng_state().nbytes
+    assert plain.peak_bytes > least + 2 * beside, (plain.peak_bytes, least)  # a whole plain step would show
+    model.zero_grad(set_to_none=True)
+    with AllocatorMeter("cpu") as first:
+        wrapped = remat.checkpoint(model, x, budget=least, loss=_square_mean, repeats=1, warmup=0)
+    assert wrapped.schedule.predicted.peak_memory <= least
+    assert 0 < first.peak_bytes <= least + beside, (first.peak_bytes, least, beside)
