@@ -18,6 +18,7 @@ from remat.model_errors import one_line_errors
 from remat.replay.chain import RematChain
 from remat.replay.report import compare
 from remat.schedules import ChainProfile, InfeasibleBudgetError, RematError, Schedule, format_size
+from remat.solver.chain.dp.cache import release_tables
 from remat.solver.chain.optimal import minimum_budget
 from remat.solver.chain.store_all import store_all_peak
 from remat.solver.registry import solve
@@ -232,6 +233,8 @@ class RematModel(nn.Module):
             if example or self.over_budget == "refuse":
                 raise self._refusal(cut, error, example) from None
             schedule, least = _least_schedule(cut.profile), True
+        finally:
+            release_tables()  # NOTE [The first call's host memory] in remat/api/shapes.py
         plan = ShapePlan(cut, schedule, RematChain(cut.chain, schedule, cut.profile), least)
         live = {id(c) for c in self._cuts.all()} | {id(cut), id(self._first)}
         self._plans = {k: v for k, v in self._plans.items() if k in live}  # cuts evicted from the cache
