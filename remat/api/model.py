@@ -3,6 +3,7 @@ schedule of that call's shape under one budget (docs/models.md, "Batches of othe
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -26,6 +27,12 @@ from remat.trace.stage_errors import traced_location
 
 OVER_BUDGET = ("refuse", "least")
 logger = logging.getLogger("remat")
+
+
+def _same_cut(a: ShapeCut, b: ShapeCut) -> bool:
+    """Whether two cuts are one (``ShapeCuts`` hands out a copy with the time it took): the same
+    chain and profile objects, hence the same schedule under the same budget."""
+    return a.chain is b.chain and a.profile is b.profile
 
 
 @dataclass(frozen=True, eq=False)
@@ -225,6 +232,9 @@ class RematModel(nn.Module):
         plan = self._plans.get(id(cut))
         if plan is not None and plan.cut is cut:  # a plan holds its cut, so no live id is reused
             return plan
+        solved = next((p for p in self._plans.values() if _same_cut(p.cut, cut)), None)
+        if solved is not None:  # the proof's plan of this cut, now with its time: not solved twice
+            return self._keep(dataclasses.replace(solved, cut=cut))
         least = False
         try:  # the side values the call holds come out of the budget first
             with memory_phase("solving the schedule", self.budget):
@@ -235,7 +245,10 @@ class RematModel(nn.Module):
             schedule, least = _least_schedule(cut.profile), True
         finally:
             release_tables()  # NOTE [The first call's host memory] in remat/api/shapes.py
-        plan = ShapePlan(cut, schedule, RematChain(cut.chain, schedule, cut.profile), least)
+        return self._keep(ShapePlan(cut, schedule, RematChain(cut.chain, schedule, cut.profile), least))
+
+    def _keep(self, plan: ShapePlan) -> ShapePlan:
+        cut = plan.cut
         live = {id(c) for c in self._cuts.all()} | {id(cut), id(self._first)}
         self._plans = {k: v for k, v in self._plans.items() if k in live}  # cuts evicted from the cache
         self._plans[id(cut)] = plan

@@ -77,6 +77,9 @@ def test_a_budget_below_the_least_is_refused_in_one_line_before_the_proof_or_a_s
 
     monkeypatch.setattr(proof, "prove_cut", counted)
     monkeypatch.setattr(remat.api.front, "prove_cut", counted)
+    solves = []
+    real_solve = remat.api.model.solve
+    monkeypatch.setattr(remat.api.model, "solve", lambda *a, **k: solves.append(1) or real_solve(*a, **k))
     model.zero_grad(set_to_none=True)
     with pytest.raises(RematError) as info:
         remat.checkpoint(model, x, budget=least - 1, repeats=1, warmup=0)
@@ -88,6 +91,7 @@ def test_a_budget_below_the_least_is_refused_in_one_line_before_the_proof_or_a_s
     # at the least it trains, proven once (the replay of its schedule)
     wrapped = remat.checkpoint(model, x, budget=least, repeats=1, warmup=0)
     assert len(proofs) == 1 and wrapped.schedule.predicted.peak_memory <= least
+    assert len(solves) == 1, "the schedule the proof replayed was solved again"
 
 
 class Breaks(nn.Module):
