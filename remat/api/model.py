@@ -3,7 +3,6 @@ schedule of that call's shape under one budget (docs/models.md, "Batches of othe
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -233,8 +232,10 @@ class RematModel(nn.Module):
         if plan is not None and plan.cut is cut:  # a plan holds its cut, so no live id is reused
             return plan
         solved = next((p for p in self._plans.values() if _same_cut(p.cut, cut)), None)
-        if solved is not None:  # the proof's plan of this cut, now with its time: not solved twice
-            return self._keep(dataclasses.replace(solved, cut=cut))
+        if solved is not None:  # the proof's schedule of this cut, now with its time: not solved twice; a
+            # fresh replay of it (the proof's replay ran, and holds what its run left: RNG snapshots)
+            replay = RematChain(cut.chain, solved.schedule, cut.profile)
+            return self._keep(ShapePlan(cut, solved.schedule, replay, solved.least))
         least = False
         try:  # the side values the call holds come out of the budget first
             with memory_phase("solving the schedule", self.budget):
