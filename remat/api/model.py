@@ -18,6 +18,7 @@ from remat.model_errors import one_line_errors
 from remat.replay.chain import RematChain
 from remat.replay.report import compare
 from remat.schedules import ChainProfile, InfeasibleBudgetError, RematError, Schedule, format_size
+from remat.solver.chain.dp.cache import release_tables
 from remat.solver.chain.optimal import minimum_budget
 from remat.solver.chain.store_all import store_all_peak
 from remat.solver.registry import solve
@@ -25,6 +26,12 @@ from remat.trace.stage_errors import traced_location
 
 OVER_BUDGET = ("refuse", "least")
 logger = logging.getLogger("remat")
+
+
+def _same_cut(a: ShapeCut, b: ShapeCut) -> bool:
+    """Whether two cuts are one (``ShapeCuts`` hands out a copy with the time it took): the same
+    chain and profile objects, hence the same schedule under the same budget."""
+    return a.chain is b.chain and a.profile is b.profile
 
 
 @dataclass(frozen=True, eq=False)
@@ -217,6 +224,11 @@ class RematModel(nn.Module):
         plan = self._plans.get(id(cut))
         if plan is not None and plan.cut is cut:  # a plan holds its cut, so no live id is reused
             return plan
+        solved = next((p for p in self._plans.values() if _same_cut(p.cut, cut)), None)
+        if solved is not None:  # the proof's schedule of this cut, now with its time: not solved twice; a
+            # fresh replay of it (the proof's replay ran, and holds what its run left: RNG snapshots)
+            replay = RematChain(cut.chain, solved.schedule, cut.profile)
+            return self._keep(ShapePlan(cut, solved.schedule, replay, solved.least))
         least = False
         try:  # the side values the call holds come out of the budget first
             with memory_phase("solving the schedule", self.budget):
@@ -225,7 +237,12 @@ class RematModel(nn.Module):
             if example or self.over_budget == "refuse":
                 raise self._refusal(cut, error, example) from None
             schedule, least = _least_schedule(cut.profile), True
-        plan = ShapePlan(cut, schedule, RematChain(cut.chain, schedule, cut.profile), least)
+        finally:
+            release_tables()  # NOTE [The first call's host memory] in remat/api/shapes.py
+        return self._keep(ShapePlan(cut, schedule, RematChain(cut.chain, schedule, cut.profile), least))
+
+    def _keep(self, plan: ShapePlan) -> ShapePlan:
+        cut = plan.cut
         live = {id(c) for c in self._cuts.all()} | {id(cut), id(self._first)}
         self._plans = {k: v for k, v in self._plans.items() if k in live}  # cuts evicted from the cache
         self._plans[id(cut)] = plan

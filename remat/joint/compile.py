@@ -25,7 +25,7 @@ from remat.joint.min_cut import MIN_CUT_RATIOS
 from remat.joint.partition import RegionPlan, RematPartitioner, Session, resolve_budget
 from remat.joint.solve import BelowLeast, Front
 from remat.joint.split import least_step_peak, split, step_peak
-from remat.measure.allocator import AllocatorMeter
+from remat.measure.allocator import AllocatorMeter, cpu_meter_available
 from remat.measure.oom import memory_phase
 from remat.measure.timing import time_ms
 from remat.schedules import RematError, Schedule
@@ -323,10 +323,10 @@ class RematCompiled(nn.Module):
         return meter.peak_bytes
 
     def _meterable(self, args: tuple, kwargs: dict) -> torch.device | None:
-        """The call's device, or None where a torch profiler already runs on CPU (the allocator's
-        events and the step's time are then not the step's own)."""
+        """The call's device, or None where a torch profiler other than the meters' own runs on CPU
+        (the allocator's events and the step's time are then not the step's own)."""
         device = call_device(self.model, args, kwargs)
-        if device.type == "cpu" and torch.autograd.profiler._is_profiler_enabled:
+        if device.type == "cpu" and not cpu_meter_available():
             return None
         return device
 

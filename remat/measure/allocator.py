@@ -14,9 +14,11 @@ on CUDA), which a live-tensor tracker (:class:`~remat.measure.memory.StorageTrac
   Readings are available once the block has ended (the profiler's events are read at exit).
   Allocations inside :func:`~remat.measure.memory.untracked` (remat's own bookkeeping: RNG
   snapshots, buffer copies) are set apart in ``bookkeeping_peak``, as the tracker leaves them out.
-  It cannot run inside another profiler session (it would end that one) and says so.
+  Meters nest (NOTE [Nested allocator meters]); one cannot run inside a profiler session that
+  is not a meter's (it would end that one) and says so (:func:`cpu_meter_available`).
 * **CUDA**: ``torch.cuda.memory_allocated`` / ``max_memory_allocated`` (the caching allocator
-  rounds every block up to 512 bytes), read at every :meth:`AllocatorMeter.mark`.
+  rounds every block up to 512 bytes), read at every :meth:`AllocatorMeter.mark`; nested meters
+  keep the outer's high-water mark across an inner one's resets.
 * **meta**: nothing is allocated; the meter counts meta storages with the tracker (exact sizes).
 
 All readings are bytes relative to what was allocated when the block was entered.
@@ -37,7 +39,9 @@ import functools
 import os
 import sys
 import warnings
+from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -113,6 +117,10 @@ def tensor_meter(device: str | torch.device) -> LivePhases:
 class AllocatorMeter(_Phased):
     """Bytes the device's allocator handed out inside the ``with`` block; see the module docstring.
 
+    Meters nest (NOTE [Nested allocator meters]): a meter opened inside another's block reads its
+    own block, and the outer one still reads everything its block allocated, the inner block's
+    allocations included.
+
     Attributes (valid after the block ends):
         phases: one :class:`Phase` per stretch between marks (the first is labelled ``""``).
         peak_bytes: the largest live total in the block (bytes).
@@ -127,19 +135,18 @@ class AllocatorMeter(_Phased):
         self.bookkeeping_peak = 0
         self._labels: list[str] = [""]
         self._live: LivePhases | None = None
-        self._profile: torch.autograd.profiler.profile | None = None
+        self._replay: _Replay | None = None
 
     def __enter__(self) -> AllocatorMeter:
         self._labels, self.phases, self.bookkeeping_peak = [""], (), 0
         if self.device.type == "cpu":
-            if torch.autograd.profiler._is_profiler_enabled:  # one profiler session per process
+            open_meters = _OPEN_CPU.get()
+            if not cpu_meter_available():
                 raise RematError("a torch profiler is already running; measure CPU memory outside it")
-            # kineto prints a "profiler_start/stop" line per session unless its log level is above 5;
-            # it reads the variable when the profiler first starts. A user's own setting wins.
-            os.environ.setdefault("KINETO_LOG_LEVEL", "6")
-            _spend_unknown_block_warning()
-            self._profile = torch.autograd.profiler.profile(profile_memory=True, use_cpu=True)
-            self._profile.__enter__()
+            if not open_meters:  # before any session of the meters' own: it runs one
+                _spend_unknown_block_warning()
+            self._replay = _Replay(self._labels, self.device, token=f"{id(self)}.")
+            _switch_session(open_meters, (*open_meters, self))
         else:
             live = CudaMeter(self.device) if self.device.type == "cuda" else StorageTracker(self.device)
             self._live = LivePhases(live).__enter__()
@@ -147,20 +154,19 @@ class AllocatorMeter(_Phased):
 
     def mark(self, label: str) -> None:
         """End the current phase here and start one called ``label``."""
-        if self._profile is not None:
-            with profiler_scope(f"{_MARK}{len(self._labels)}"):
+        if self._replay is not None:
+            with profiler_scope(f"{_MARK}{self._replay.token}{len(self._labels)}"):
                 pass
         elif self._live is not None:
             self._live.mark(label)
         self._labels.append(label)
 
     def __exit__(self, *exc) -> None:
-        if self._profile is not None:
-            self._profile.__exit__(*exc)
-            self.phases, self.bookkeeping_peak = _phases_from_events(
-                self._profile.kineto_results, self._labels, self.device
-            )
-            self._profile = None
+        if self._replay is not None:
+            open_meters = _OPEN_CPU.get()
+            _switch_session(open_meters, tuple(m for m in open_meters if m is not self))
+            self.phases, self.bookkeeping_peak = self._replay.close()
+            self._replay = None
         elif self._live is not None:
             self._live.__exit__(*exc)
             self.phases = self._live.phases
@@ -197,6 +203,47 @@ def _spend_unknown_block_warning() -> None:
         os.close(devnull)
 
 
+def cpu_meter_available() -> bool:
+    """Whether a CPU :class:`AllocatorMeter` can start now: no torch profiler runs, or only the
+    meters' own session (meters nest; a user's profiler would be ended by a new session)."""
+    return bool(_OPEN_CPU.get()) or not torch.autograd.profiler._is_profiler_enabled
+
+
+# NOTE [Nested allocator meters]: the CPU allocator reports to the profiler, and the profiler runs
+# one session per process; its events are read when the session ends. So the CPU meters open at a
+# time (outermost first, in ``_OPEN_CPU``) share one session, and every time a meter opens or
+# closes, the session ends, its events are replayed in time order into each meter that was open
+# through it, and a new session starts for the meters open now. Each meter keeps its own count
+# across sessions (its live blocks by pointer, its peak, its phases), so an outer meter sees the
+# inner blocks' allocations and frees as if it ran alone, and a block allocated in one session and
+# freed in a later one is freed in its count. Between two sessions only the profiler runs. An
+# outer meter's records never grow past one stretch between two inner meters (each session's are
+# dropped once replayed). On CUDA the caching allocator keeps one high-water mark per device,
+# which every meter's reset lowers: a reset first folds it into every open meter's floor
+# (:class:`~remat.measure.memory.CudaMeter`), so an outer meter's peak survives an inner one's.
+_OPEN_CPU: ContextVar[tuple[AllocatorMeter, ...]] = ContextVar("remat_open_cpu_meters", default=())
+
+
+def _switch_session(before: tuple[AllocatorMeter, ...], after: tuple[AllocatorMeter, ...]) -> None:
+    """End the running profiler session (if meters were open), replay it into ``before``'s meters,
+    and start one for ``after``'s (if any): NOTE [Nested allocator meters]."""
+    if before:
+        session = before[-1]._replay.session  # the session is held by the innermost meter
+        session.__exit__(None, None, None)
+        events = _events(session.kineto_results, before[0].device)
+        for meter in before:
+            meter._replay.session = None
+            meter._replay.feed(events)
+    _OPEN_CPU.set(after)
+    if after:
+        # kineto prints a "profiler_start/stop" line per session unless its log level is above 5;
+        # it reads the variable when the profiler first starts. A user's own setting wins.
+        os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+        session = torch.autograd.profiler.profile(profile_memory=True, use_cpu=True)
+        session.__enter__()
+        after[-1]._replay.session = session
+
+
 def _flatten(nodes) -> list[tuple[object, bool]]:
     """Every node of the profiler's event tree, with whether it ran inside an ``untracked()`` block."""
     out, stack = [], [(node, False) for node in nodes]
@@ -225,33 +272,55 @@ class _Count:
         self.live -= self.blocks.pop(ptr, 0)
 
 
-def _phases_from_events(results, labels: list[str], device: torch.device) -> tuple[tuple[Phase, ...], int]:
-    """Replay the profiler's allocation events and marks in time order into phases; also return the
-    peak bytes of remat's own bookkeeping (allocated inside ``untracked()``), which is not counted."""
-    events = []  # (time ns, kind, payload): kind 0 = mark (index), 1 = allocation (ptr, bytes, hidden)
+def _events(results, device: torch.device) -> list[tuple[int, int, Any]]:
+    """One profiler session's allocations on ``device`` and marks, in time order: (time ns, kind,
+    payload), kind 0 a mark (its scope's name after ``_MARK``), 1 an allocation (ptr, bytes, hidden:
+    inside ``untracked()``)."""
+    events = []
     for node, hidden in _flatten(results.experimental_event_tree()):
         fields = node.extra_fields
         if isinstance(fields, torch._C._profiler._ExtraFields_Allocation):
             if fields.device.type == device.type:
                 events.append((node.start_time_ns, 1, (fields.ptr, fields.alloc_size, hidden)))
         elif node.name.startswith(_MARK):
-            events.append((node.start_time_ns, 0, int(node.name[len(_MARK) :])))
+            events.append((node.start_time_ns, 0, node.name[len(_MARK) :]))
     events.sort(key=lambda e: (e[0], e[1]))
-    counted, bookkeeping = _Count(), _Count()
-    phases, start, index = [], 0, 0
-    for _, kind, payload in events:
-        if kind == 0:
-            phases.append(Phase(labels[index], start, counted.peak, counted.live))
-            index, start, counted.peak = payload, counted.live, counted.live
-            continue
-        ptr, size, hidden = payload
-        if size > 0:
-            (bookkeeping if hidden else counted).allocate(ptr, size)
-        else:  # a free of memory that existed before the block is in neither count
-            counted.free(ptr)
-            bookkeeping.free(ptr)
-    phases.append(Phase(labels[index], start, counted.peak, counted.live))
-    return tuple(phases), bookkeeping.peak
+    return events
 
 
-__all__ = ["AllocatorMeter", "LivePhases", "Phase", "tensor_meter"]
+class _Replay:
+    """One CPU meter's readings, replayed from the profiler's events session by session: the blocks
+    counted and their peak per phase, and remat's own bookkeeping (allocated inside ``untracked()``),
+    which is not counted. ``token`` tells its marks from other meters'."""
+
+    def __init__(self, labels: list[str], device: torch.device, token: str) -> None:
+        self.labels, self.device, self.token = labels, device, token
+        self.session: torch.autograd.profiler.profile | None = None
+        self.counted, self.bookkeeping = _Count(), _Count()
+        self.phases: list[Phase] = []
+        self.start = self.index = 0
+
+    def feed(self, events: list[tuple[int, int, Any]]) -> None:
+        """Replay one session's events (:func:`_events`) into the count."""
+        counted = self.counted
+        for _, kind, payload in events:
+            if kind == 0:
+                if payload.startswith(self.token):
+                    self.phases.append(Phase(self.labels[self.index], self.start, counted.peak, counted.live))
+                    self.index, self.start, counted.peak = int(payload[len(self.token) :]), counted.live, counted.live
+                continue
+            ptr, size, hidden = payload
+            if size > 0:
+                (self.bookkeeping if hidden else counted).allocate(ptr, size)
+            else:  # a free of memory that existed before the block is in neither count
+                counted.free(ptr)
+                self.bookkeeping.free(ptr)
+
+    def close(self) -> tuple[tuple[Phase, ...], int]:
+        """The phases (the last one ended now) and the bookkeeping's peak (bytes)."""
+        counted = self.counted
+        self.phases.append(Phase(self.labels[self.index], self.start, counted.peak, counted.live))
+        return tuple(self.phases), self.bookkeeping.peak
+
+
+__all__ = ["AllocatorMeter", "LivePhases", "Phase", "cpu_meter_available", "tensor_meter"]

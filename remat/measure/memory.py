@@ -32,6 +32,7 @@ import contextlib
 import threading
 import weakref
 from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
@@ -209,7 +210,11 @@ class CudaMeter:
     """The same interface as :class:`StorageTracker` for CUDA, from the caching allocator.
 
     ``current_bytes``/``peak_bytes`` are relative to ``torch.cuda.memory_allocated()`` when the
-    block was entered (bytes; the allocator rounds every block up to 512 bytes).
+    block was entered (bytes; the allocator rounds every block up to 512 bytes). Meters nest: the
+    allocator keeps one high-water mark per device, which each meter resets when it starts and at
+    :meth:`reset_peak`; before any reset the mark is folded into every open meter's floor, so an
+    outer meter's peak is not lost to an inner one's reset (NOTE [Nested allocator meters] in
+    :mod:`remat.measure.allocator`).
     """
 
     def __init__(self, device: str | torch.device = "cuda") -> None:
@@ -220,12 +225,15 @@ class CudaMeter:
     def __enter__(self) -> CudaMeter:
         torch.cuda.synchronize(self.device)
         self.base = torch.cuda.memory_allocated(self.device)
-        torch.cuda.reset_peak_memory_stats(self.device)
+        _reset_cuda_peak(self.device)
         self._peak_floor = 0
+        _OPEN_CUDA.set((*_OPEN_CUDA.get(), self))
         return self
 
     def __exit__(self, *exc) -> None:
         torch.cuda.synchronize(self.device)
+        self._peak_floor = self.peak_bytes  # readable after the block, whatever later meters reset
+        _OPEN_CUDA.set(tuple(m for m in _OPEN_CUDA.get() if m is not self))
 
     @property
     def current_bytes(self) -> int:
@@ -233,12 +241,14 @@ class CudaMeter:
 
     @property
     def peak_bytes(self) -> int:
+        if self not in _OPEN_CUDA.get():  # closed: the reading at its end
+            return self._peak_floor
         torch.cuda.synchronize(self.device)
         return max(self._peak_floor, torch.cuda.max_memory_allocated(self.device) - self.base)
 
     def reset_peak(self) -> None:
         torch.cuda.synchronize(self.device)
-        torch.cuda.reset_peak_memory_stats(self.device)
+        _reset_cuda_peak(self.device)
         self._peak_floor = 0
 
     def track(self, *tensors: torch.Tensor) -> None:  # noqa: D102 - existing memory is in ``base`` already
@@ -249,6 +259,20 @@ class CudaMeter:
 
     def mark(self, label: str) -> None:  # noqa: D102
         return None
+
+
+# the CUDA meters open now, outermost first (NOTE [Nested allocator meters] in remat.measure.allocator)
+_OPEN_CUDA: ContextVar[tuple[CudaMeter, ...]] = ContextVar("remat_open_cuda_meters", default=())
+
+
+def _reset_cuda_peak(device: torch.device) -> None:
+    """Reset ``device``'s high-water mark, first folding the marks into every open meter's floor
+    (each meter its own device's: folding another device's mark changes nothing, and "cuda" and
+    "cuda:0" need no telling apart)."""
+    for meter in _OPEN_CUDA.get():
+        mark = torch.cuda.max_memory_allocated(meter.device) - meter.base
+        meter._peak_floor = max(meter._peak_floor, mark)
+    torch.cuda.reset_peak_memory_stats(device)
 
 
 def memory_meter(device: str | torch.device) -> StorageTracker | CudaMeter:

@@ -48,14 +48,16 @@ from remat.trace.stages import CutChain, OneTensor, Tail
 # buffers, the inputs), the values the forward has live at once, and the backward's transient.
 # The stage-by-stage checks (``check_forward_kinds``) hold one stage's graph at a time.
 #
-# Results too: the budget sets aside one set of parameter gradients (the step's own ``.grad``),
-# so the proof may not hold others. The first step's output, gradients and buffers go off the
-# device (``OffDevice``, NOTE [Copies kept off the device]) before the next step runs; the next
-# step's are compared where they are (``_live``: its ``p.grad``, no copy), before anything resets
-# them, read back a piece at a time; ``_first_difference`` keeps its order (output, gradient of
-# each parameter, each buffer). The same for F_all's gradients in ``_check_stage``, the buffers
-# ``_Saved`` puts back, and what the failure-locating runs record. At its peak the proof holds
-# the step's own gradients, the step's activations as above, and one piece (``PIECE_BYTES``).
+# Results too: the budget sets aside one set of parameter gradients (the step's own ``.grad``), so
+# the proof may not hold others: the gradients the model had (a model in training) wait off the
+# device through the proof (``_Saved``) and come back after it. The first step's output, gradients
+# and buffers go off the device (``OffDevice``, NOTE [Copies kept off the device]) before the next
+# step runs; the next step's are compared where they are (``_live``: its ``p.grad``, no copy),
+# before anything resets them, read back a piece at a time; ``_first_difference`` keeps its order
+# (output, gradient of each parameter, each buffer). The same for F_all's gradients in
+# ``_check_stage``, the buffers ``_Saved`` puts back, and what the failure-locating runs record.
+# At its peak the proof holds the step's own gradients, the step's activations as above, and one
+# piece (``PIECE_BYTES``).
 
 
 def _off_device(*existing: Any) -> Any:
@@ -64,13 +66,15 @@ def _off_device(*existing: Any) -> Any:
 
 
 class _Saved:
-    """Buffers, parameter gradients and RNG of ``module``, to put back after a trial step."""
+    """Buffers, parameter gradients and RNG of ``module``, to put back after a trial step. The
+    gradients the module had wait off the device (NOTE [The proof's memory]): the trial steps make
+    their own, and the device holds one set of gradients, not two."""
 
     def __init__(self, module: nn.Module) -> None:
         place = OffDevice()  # the buffers' copies wait off the device (NOTE [The proof's memory])
         with torch.no_grad():
             self.buffers = [(b, place.put(b)) for b in module.buffers()]
-        self.grads = [(p, p.grad) for p in module.parameters()]
+            self.grads = [(p, _grad_off_device(p, place)) for p in module.parameters()]
         self.rng = torch.get_rng_state()
         self.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
 
@@ -87,8 +91,27 @@ class _Saved:
 
     def restore(self) -> None:
         self.reset()
-        for p, grad in self.grads:
-            p.grad = grad
+        with torch.no_grad():
+            for p, grad in self.grads:
+                p.grad = None if grad is None else grad()
+
+
+def _grad_off_device(p: torch.Tensor, place: OffDevice) -> Callable[[], torch.Tensor] | None:
+    """``p``'s gradient copied off the device and dropped from ``p`` (its memory is freed unless
+    something else holds it), and how to bring it back: the same values at the same strides."""
+    grad = p.grad
+    if grad is None:
+        return None
+    kept, size, stride = place.put(grad), grad.size(), grad.stride()
+    dtype, device = grad.dtype, grad.device
+    p.grad = None
+    del grad
+
+    def back() -> torch.Tensor:
+        out = torch.empty_strided(size, stride, dtype=dtype, device=device)
+        return out.copy_(kept.get())
+
+    return back
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ NOTE [The fuse pass holds one stage], remat/trace/fuse.py).
 The count is every CPU tensor the garbage collector can reach, after a collection, by distinct
 storage: a reference cycle through autograd (a saved tensor whose graph points back at it) is
 reached this way, and it is what held the whole activation set after the first call before.
-(The allocator meter cannot wrap the call: remat measures with it inside, and one profiler runs at a time.)
+Nor the solver's DP tables (host memory: NOTE [The first call's host memory], remat/api/shapes.py).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 import remat
+from remat.solver.chain.dp.cache import CACHE, TABLES
 
 
 def _storages() -> dict[int, int]:
@@ -71,6 +72,7 @@ def test_the_first_call_holds_nothing_after_it_returns(make, budget):
     # before: every stage output that its own backward saves (each Tanh's, ReLU's) stayed alive
     assert sum(extra.values()) == 0, f"{len(extra)} storages, {sum(extra.values())} bytes held"
     assert all(p.grad is None for p in model.parameters())  # the first call leaves no gradient behind
+    assert all(CACHE.count(kind) == 0 for kind in TABLES), "the solver's tables were kept"
     loss = wrapped(x)  # and the wrapped model still trains
     loss.backward()
     assert all(p.grad is not None for p in model.parameters())

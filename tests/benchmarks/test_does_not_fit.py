@@ -17,11 +17,14 @@ OOM = "RuntimeError: [enforce fail at alloc_cpu.cpp:127] . DefaultCPUAllocator: 
 REFUSAL = "strategy 'optimal' cannot fit a budget of 10 MiB (10485760 bytes); the smallest budget it can meet is 12 MiB"
 
 
-def _cell(budget: int, measured: list[int], predicted: int, equal: bool = True, rss: int | None = None) -> dict:
+def _cell(
+    budget: int, measured: list[int], predicted: int, equal: bool = True, rss: int | None = None, first: int = 0
+) -> dict:
     return {
         "budget": budget,
         "first_call": {
             "seconds": 3.0,
+            "allocator_peak": first or budget,
             "rss_growth": rss if rss is not None else budget,
             "address_space_growth": budget,
         },
@@ -56,10 +59,17 @@ def test_a_budget_passes_only_when_every_check_holds() -> None:
     assert dnf.budget_verdict(_cell(budget, [budget] * 3, budget, rss=budget + 5 * MiB), 5 * MiB)["ok"]
     grown = dnf.budget_verdict(_cell(budget, [budget] * 3, budget, rss=budget + 5 * MiB + 1), 5 * MiB)
     assert not grown["ok"] and not grown["first_call_within"]
+    # the first call's allocator peak (the whole call, metered around it) within the budget, no room
+    over = dnf.budget_verdict(_cell(budget, [budget] * 3, budget, first=budget + 1), 5 * MiB)
+    assert not over["ok"] and not over["first_call_allocator_within"] and over["first_call_within"]
+    unread = _cell(budget, [budget] * 3, budget)
+    del unread["first_call"]["allocator_peak"]  # a cell without the reading does not pass
+    assert not dnf.budget_verdict(unread, 0)["first_call_allocator_within"]
     short = _cell(budget, [budget] * 2, budget)  # two steps trained, then one failed
     short["step_failed"] = OOM
     assert dnf.budget_verdict(short, 0) | {"why": None} == {"ok": False, "trains": False, "first_call_within": True,
-        "steps_within": True, "prediction": True, "grads_equal": True, "why": None}  # fmt: skip
+        "first_call_allocator_within": True, "steps_within": True, "prediction": True, "grads_equal": True,
+        "why": None}  # fmt: skip
 
 
 def test_a_first_call_that_fails_is_an_out_of_memory_or_a_refusal() -> None:
@@ -89,10 +99,10 @@ def test_the_table_has_a_line_per_budget_and_keeps_failures_in_their_cell() -> N
     failed = {"row": "broken", "failed": "uncapped: x | y", "verdict": "FAIL: uncapped: x | y"}
     lines = dnf.markdown([row, failed]).splitlines()
     assert len(lines) == 2 + 2 + 1
-    assert lines[2].startswith("| toy | 300 | 100 | 120 (2.6x) | 100 (per-block) | 100 RSS / 100 AS, 3 s |")
+    assert lines[2].startswith("| toy | 300 | 100 | 120 (2.6x) | 100 (per-block) | 100 | 100 RSS / 100 AS, 3 s |")
     assert "99.0 vs 99.0, 99.0 vs 99.0, 99.0 vs 99.0 (worst +0.00%)" in lines[2] and "| 900 vs 800 | yes |" in lines[2]
     assert "**failed**: a / b" in lines[3] and lines[4].startswith("| broken |") and "x / y" in lines[4]
-    assert all(line.count("|") - line.count("\\|") == 11 for line in lines)
+    assert all(line.count("|") - line.count("\\|") == 12 for line in lines)
 
 
 def test_the_allowance_fits_per_block_and_leaves_the_plain_step_two_to_three_times_over() -> None:
@@ -126,6 +136,7 @@ def test_a_tiny_row_runs_every_child_and_judges_each_budget() -> None:
         assert isinstance(verdict["ok"], bool) and isinstance(verdict["why"], str)
         if "steps" in cell:  # remat trained under the cap: every step metered, its grads compared
             assert len(cell["steps"]) == dnf.STEPS and all(s["measured"] > 0 < s["predicted"] for s in cell["steps"])
+            assert cell["first_call"]["allocator_peak"] > reference["a0"]  # the whole first call, metered
             assert cell["grads"]["steps"] == dnf.STEPS
         else:  # a failure or a refusal, kept as one line
             assert "\n" not in cell.get("failed", cell["first_call"].get("failed", ""))

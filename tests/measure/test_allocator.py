@@ -115,3 +115,64 @@ def test_refuses_to_run_inside_another_profiler():
     with torch.profiler.profile(), pytest.raises(RematError, match="profiler is already running"):
         with AllocatorMeter("cpu"):
             pass
+
+
+def test_meters_nest_and_the_outer_one_sees_the_inner_blocks():
+    """NOTE [Nested allocator meters]: the inner meter reads its own block; the outer one reads its
+    whole block, the inner block's allocations included, and frees across the inner's edges."""
+    with AllocatorMeter("cpu") as outer:
+        a = torch.empty(1000)  # 4000 bytes, freed inside the inner block
+        with AllocatorMeter("cpu") as inner:
+            del a
+            b = torch.empty(2000)  # 8000 bytes, the outer's peak
+            outer.mark("inside")
+            del b
+            c = torch.empty(100)  # 400 bytes, kept past the inner block
+        with AllocatorMeter("cpu") as second:
+            d = torch.empty(10)
+        del c
+    assert inner.peak_bytes == 8000 and inner.final_bytes == 400
+    assert second.peak_bytes == 40 and second.final_bytes == 40
+    assert outer.peak_bytes == 8000 and outer.final_bytes == 40
+    assert [p.label for p in outer.phases] == ["", "inside"]
+    assert outer.phases[0] == Phase("", 0, 8000, 8000) and [p.label for p in inner.phases] == [""]
+    with AllocatorMeter("cpu") as again:  # every session ended: a meter starts alone again
+        e = torch.empty(5)
+    assert again.peak_bytes == 20
+    del d, e
+
+
+class _FakeCuda:
+    """The caching allocator's counters, as CudaMeter reads them: bytes allocated now, one
+    high-water mark per device that a reset lowers to the bytes now."""
+
+    def __init__(self) -> None:
+        self.now = self.high = 0
+
+    def allocate(self, nbytes: int) -> None:
+        self.now += nbytes
+        self.high = max(self.high, self.now)
+
+    def reset(self, device=None) -> None:
+        self.high = self.now
+
+
+def test_cuda_meters_nest_an_inner_reset_keeps_the_outer_peak(monkeypatch):
+    """On CUDA an inner meter resets the device's high-water mark when it starts and at each
+    mark; the outer meter's peak from before survives (emulated counters: no CUDA here)."""
+    fake = _FakeCuda()
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: fake.now)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: fake.high)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", fake.reset)
+    fake.allocate(100)  # before the outer block: outside every count
+    with AllocatorMeter("cuda") as outer:
+        fake.allocate(5000)
+        fake.allocate(-5000)
+        with AllocatorMeter("cuda:0") as inner:
+            fake.allocate(300)
+            inner.mark("next")
+            fake.allocate(-200)
+        fake.allocate(50)
+    assert inner.phases == (Phase("", 0, 300, 300), Phase("next", 300, 300, 100))
+    assert outer.peak_bytes == 5000 and outer.final_bytes == 150

@@ -83,6 +83,15 @@ class DPCache:
         for entries in self._kinds.values():
             entries.clear()
 
+    def release(self, *kinds: str) -> None:
+        """Forget every entry of these kinds (the others are kept)."""
+        for kind in kinds:
+            self._kinds[kind].clear()
+
+    def count(self, kind: str) -> int:
+        """How many entries of ``kind`` are kept."""
+        return len(self._kinds[kind])
+
 
 _MISSING = object()
 TABLE_BYTES = 640 << 20  # a 1000-stage front: 3 tables, ~410 MB of decisions (int16) in all
@@ -102,3 +111,13 @@ BOUNDS = {
 }
 
 CACHE = DPCache(BOUNDS)
+TABLES = ("table", "options table", "blocked table")  # the kinds of O(n**2 * slots) bytes each
+
+
+def release_tables() -> None:
+    """Forget the filled DP tables (:data:`TABLES`), keeping the minima, fronts and answers (small):
+    a later solve of the same profile at another budget fills its tables again (seconds), and
+    until then the host holds no table. remat.checkpoint calls it after each solve of its own, so
+    that the tables (tens of MiB at a few hundred stages) do not stay beside the proof and the
+    steps (NOTE [The first call's host memory] in remat/api/shapes.py)."""
+    CACHE.release(*TABLES)
