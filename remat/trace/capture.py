@@ -67,16 +67,87 @@ def reduce_output(output: Any, loss: Callable[..., torch.Tensor] | None, target:
     )
 
 
-class TrainingStep(nn.Module):
-    """``model`` followed by :func:`reduce_output`: the function that a cut must reproduce."""
+@dataclass(frozen=True)
+class OutputForm:
+    """What a training step differentiates, read from one eager call of the model (NOTE [One
+    meaning per step]): ``kind`` is ``"loss"`` (the user's ``loss=``), ``"tensor"`` (the model's
+    one output tensor), ``"own"`` (the ``loss`` its output carries) or ``"first"`` (the first
+    tensor of a tuple); ``output`` is the type of the model's output."""
 
-    def __init__(self, model: nn.Module, loss: Callable[..., torch.Tensor] | None = None) -> None:
+    kind: str
+    output: type
+
+    @classmethod
+    def of(cls, output: Any, loss: Callable[..., torch.Tensor] | None) -> OutputForm:
+        """The form of one eager ``output``; a mapping that carries no loss is refused in one line."""
+        if loss is not None:
+            return cls("loss", type(output))
+        if isinstance(output, torch.Tensor):
+            return cls("tensor", type(output))
+        if _own_loss(output) is not None:
+            return cls("own", type(output))
+        if isinstance(output, Mapping):
+            keys = ", ".join(map(str, output.keys())) or "no keys"
+            raise RematError(
+                f"model: its output is a {type(output).__name__} with no loss ({keys}), so the step has nothing to"
+                " differentiate: pass the inputs that make the model compute its loss (labels= for a Hugging Face"
+                " model) or loss=... to reduce its output"
+            )
+        return cls("first", type(output))
+
+    def said(self) -> str:
+        """The step's value in words, for a refusal."""
+        return {
+            "loss": "the loss= given",
+            "tensor": "the model's output tensor",
+            "own": f"the loss the model's {self.output.__name__} carries",
+            "first": f"the first tensor of the model's {self.output.__name__}",
+        }[self.kind]
+
+
+def _own_loss(output: Any) -> Any:
+    own = getattr(output, "loss", None)
+    if own is None and isinstance(output, Mapping):
+        own = output.get("loss")
+    return own
+
+
+class TrainingStep(nn.Module):
+    """``model`` followed by :func:`reduce_output`: the function that a cut must reproduce.
+
+    NOTE [One meaning per step]
+    Each eager call (never under a trace) records the :class:`OutputForm` of the model's output
+    in ``form`` when ``checked`` (``remat.checkpoint``'s steps): an output mapping without a loss
+    is refused in one line (its "first value" is no meaning a user chose), and, given the
+    ``example``'s form (from the example's proof), so is a call whose step would differentiate
+    something else than the example's (labels left out: the logits instead of the loss). Eager calls come before any trace (the
+    first one in :func:`remat.trace.proof.cut_model`), so a refusal costs one forward."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        loss: Callable[..., torch.Tensor] | None = None,
+        checked: bool = False,
+        example: OutputForm | None = None,
+    ) -> None:
         super().__init__()
         self.model = model
         self.loss = loss
+        self.checked = checked
+        self.example = example
+        self.form: OutputForm | None = None
 
     def forward(self, args: tuple, kwargs: dict, target: Any = None) -> torch.Tensor:
-        return reduce_output(self.model(*args, **kwargs), self.loss, target)
+        output = self.model(*args, **kwargs)
+        if self.checked and not torch.compiler.is_compiling():
+            self.form = OutputForm.of(output, self.loss)
+            if self.example is not None and self.form.kind != self.example.kind:
+                raise RematError(
+                    f"inputs: this call's step would differentiate {self.form.said()}, the example's "
+                    f"{self.example.said()}; call the model with the inputs the example had (labels= for a Hugging"
+                    " Face model's loss), or wrap it again on an example like this call"
+                )
+        return reduce_output(output, self.loss, target)
 
 
 def _quiet_logging() -> set:
@@ -217,4 +288,4 @@ def trace_fx(model: nn.Module) -> fx.GraphModule:
         ) from exc
 
 
-__all__ = ["DynamicDims", "input_fakes", "trace_fx", "TrainingStep", "first_tensor_index", "reduce_output", "trace"]
+__all__ = ["DynamicDims", "OutputForm", "input_fakes", "trace_fx", "TrainingStep", "first_tensor_index", "reduce_output", "trace"]
