@@ -277,6 +277,10 @@ class RematModel(nn.Module):
         ``[0]``), else the step's tensor; in eval mode, the model's own call (no step is trained)."""
         return self._step(*args, target=target, **kwargs)
 
+    # torch.compile(wrapped) (the Trainer's torch_compile=True) runs the call as it is: dynamo would
+    # trace remat's own Python (the cut's cache, the replay's autograd.Function), not the model;
+    # remat.checkpoint(compile=True) compiles the stages instead (docs/models.md, "Hugging Face's Trainer")
+    @torch.compiler.disable
     def _step(self, *args: Any, target: Any = None, **kwargs: Any) -> Any:
         if not self.training and self._source is not None:
             if target is not None:
