@@ -111,8 +111,13 @@ def _with_signature(step: Callable[..., Any], source: nn.Module, loss_given: boo
 
 class RematModel(nn.Module):
     """A model that trains by replaying a schedule: call it like the model (same positional and
-    keyword inputs, plus ``target=`` when a ``loss`` taking one was given); it returns the training
-    step's output (the loss, or the model's one output tensor), to call ``.backward()`` on.
+    keyword inputs, plus ``target=`` when a ``loss`` taking one was given); it answers as the model
+    does (NOTE [The wrapped model answers as the model]): the model's output type carrying the
+    step's loss where the model's output carries one (``wrapped(**batch).loss.backward()``), else
+    the step's tensor (the ``loss=``'s, or the model's one output tensor) to call ``.backward()`` on.
+    Its state, attributes and (for a Hugging Face or PEFT model) class are the model's (NOTE [The
+    wrapped model is the model's state]), so ``transformers.Trainer`` and accelerate take it as the
+    model; in eval mode a call is the model's own.
 
     Calls of another shape (a ragged last batch, another sequence length, a padded or unpadded
     batch) are profiled (or predicted) and solved under the same budget in bytes the first time

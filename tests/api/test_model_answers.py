@@ -74,6 +74,20 @@ def test_state_dict_is_the_models_and_loads_back(wrapped_token_model):
     assert all(torch.equal(v, saved[k]) for k, v in model.state_dict().items())
     with pytest.raises(RematError, match="assign=True"):
         wrapped.load_state_dict(saved, assign=True)
+    assert wrapped.__class__ is remat.RematModel  # not a Hugging Face model: no other class claimed
+
+
+@pytest.mark.slow
+def test_the_trainers_weight_decay_groups_are_the_models(wrapped_token_model):
+    """The Trainer names the parameters to decay by walking children (its get_parameter_names): the
+    wrapper's children are the model's first, so the groups hold the same parameters in the same order."""
+    transformers = pytest.importorskip("transformers")
+    model, wrapped, _ = wrapped_token_model
+    groups = []
+    for net in (model, wrapped):
+        decay = set(transformers.Trainer.get_decay_parameter_names(None, net))
+        groups.append([[id(p) for n, p in net.named_parameters() if (n in decay) == d] for d in (True, False)])
+    assert groups[0] == groups[1] and groups[0][0] and groups[0][1]
 
 
 @pytest.mark.slow

@@ -74,7 +74,7 @@ def _train_save_resume(model: torch.nn.Module, reference: torch.nn.Module, tmp_p
     plain.train()
     assert ours.model_accepts_loss_kwargs and plain.model_accepts_loss_kwargs  # num_items_in_batch, as plainly
     assert wrapped.retraces >= 1  # the loader's batches came in other lengths than the example
-    assert not any(torch.equal(a, b) for a, b in zip(model.parameters(), initial, strict=True)), "nothing trained"
+    assert not all(torch.equal(a, b) for a, b in zip(model.parameters(), initial, strict=True)), "nothing trained"
     assert len(_losses(ours)) == 3 and _losses(ours) == _losses(plain)
     assert _same(model, reference)
     for step in (2, 3):  # the periodic checkpoints hold the plain Trainer's files, bit for bit
