@@ -202,7 +202,7 @@ def train_one(spec: str, config: dict, inputs: object, image_model: bool) -> dic
         return nn.functional.cross_entropy(model(inputs), target)
 
     def replay() -> torch.Tensor:
-        return wrapped(**inputs) if isinstance(inputs, dict) else wrapped(inputs, target=target)
+        return wrapped(**inputs).loss if isinstance(inputs, dict) else wrapped(inputs, target=target)
 
     initial = [b.clone() for b in model.buffers()]
     fp32 = _step(model, plain, initial, False)

@@ -485,7 +485,7 @@ def child_remat(case: Case, allowance: int, budget: int, work: Path) -> dict:
 
     def call(k: int) -> Any:
         if case.hf:
-            return wrapped(**case.inputs[k])
+            return wrapped(**case.inputs[k]).loss
         return wrapped(case.inputs[k], target=case.targets[k])
 
     try:

@@ -88,6 +88,11 @@ def image_batches(steps: int, seed: int) -> list[tuple[torch.Tensor, torch.Tenso
             for b, s in shapes]  # fmt: skip
 
 
+def _loss(out: Any) -> torch.Tensor:
+    """The step's tensor from a wrapped model's answer (a ModelOutput carrying the loss, or the loss)."""
+    return out if isinstance(out, torch.Tensor) else out["loss"]
+
+
 def metered(run: Any, model: torch.nn.Module) -> tuple[int, float]:
     """(allocator peak in bytes, wall ms) of ``run().backward()``, gradients pre-allocated outside."""
     prepare_grads(model)
@@ -148,7 +153,7 @@ def one_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
         new, traced = id(plan.cut) not in known, wrapped.retraces > before
         # the whole call, its side values (masks, rotary tables) made inside the meter
         torch.manual_seed(args.seed * 100_003 + k)
-        peak, ms = metered(lambda a=call_args, kw=call_kwargs, t=target: wrapped(*a, target=t, **kw), model)
+        peak, ms = metered(lambda a=call_args, kw=call_kwargs, t=target: _loss(wrapped(*a, target=t, **kw)), model)
         total = time.perf_counter() - start
         grads = [p.grad.clone() for p in model.parameters()]
         torch.manual_seed(args.seed * 100_003 + k)  # plain PyTorch from the same RNG state: dropout alike
@@ -163,7 +168,7 @@ def one_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
         })  # fmt: skip
         if k % args.plain_every == 0:
             call = (call_args, call_kwargs, target)
-            remat_ms = timed(lambda a=call_args, kw=call_kwargs, t=target: wrapped(*a, target=t, **kw))
+            remat_ms = timed(lambda a=call_args, kw=call_kwargs, t=target: _loss(wrapped(*a, target=t, **kw)))
             plain_ms.append((timed(lambda c=call: plain(c)), remat_ms))
             if name != "resnet50":  # HF's per-layer checkpointing on the same batch: its time and peak
                 with hf_checkpointing(model):

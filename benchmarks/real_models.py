@@ -111,7 +111,9 @@ class Case:
         return self.model(**self.kwargs).loss
 
     def remat_step(self, wrapped: remat.RematModel) -> Callable[[], torch.Tensor]:
-        return lambda: wrapped(*self.args, target=self.target, **self.kwargs)
+        if self.image_model:
+            return lambda: wrapped(*self.args, target=self.target)
+        return lambda: wrapped(**self.kwargs).loss
 
     def checkpoint(self) -> remat.RematModel:
         example = self.inputs if isinstance(self.inputs, dict) else (self.inputs,)

@@ -30,7 +30,7 @@ from remat.api.shapes import ShapeCuts
 from remat.measure.oom import is_out_of_memory
 from remat.model_errors import one_line_errors
 from remat.schedules import RematError
-from remat.trace.capture import HAND_CUT, GraphBreakError, TrainingStep
+from remat.trace.capture import HAND_CUT, GraphBreakError, OutputForm, TrainingStep
 from remat.trace.proof import cut_model, prove_cut
 
 # the trace room's advice (HAND_CUT) is the CLI's: remat.checkpoint never reads remat_stages(), and
@@ -54,14 +54,16 @@ def _advised(error: RematError) -> RematError:
 
 
 def _cut(
-    model: nn.Module, args: tuple, kwargs: dict, loss: Any, target: Any, what: str, dynamic: frozenset = frozenset()
+    step: TrainingStep, args: tuple, kwargs: dict, target: Any, what: str, dynamic: frozenset = frozenset()
 ) -> Any:
     """:func:`cut_model`, unproven (NOTE [Order of a new cut]), with an exception raised inside the
     user's model (or loss) as one line naming the stage, the module and the user's source line
     (:mod:`remat.model_errors`)."""
     try:
         with one_line_errors(f"{what} ({described(args, kwargs)})"):
-            return cut_model(model, args, kwargs, loss=loss, target=target, dynamic=dynamic, prove=False)
+            return cut_model(
+                step.model, args, kwargs, loss=step.loss, target=target, dynamic=dynamic, prove=False, step=step
+            )
     except RematError as error:
         advised = _advised(error)
         if advised is error:
@@ -126,16 +128,20 @@ def checkpoint(
     check_inputs(model, args, kwargs)
     checked_loss = None if loss is None else scalar_loss(loss)
     calls = ["the example inputs"]  # then "a batch's inputs": the cuts made after the example's
+    forms: dict[str, OutputForm] = {}  # "example": what its step differentiates (NOTE [One meaning per step])
+
+    def training_step() -> TrainingStep:
+        return TrainingStep(model, checked_loss, checked=True, example=forms.get("example"))
 
     def make_chain(call_args: tuple, call_kwargs: dict, call_target: Any, dynamic: frozenset) -> Any:
         check_inputs(model, call_args, call_kwargs)
-        chain = _cut(model, call_args, call_kwargs, checked_loss, call_target, calls[0], dynamic)
+        chain = _cut(training_step(), call_args, call_kwargs, call_target, calls[0], dynamic)
         calls[0] = "a batch's inputs"
         return chain
 
     def prove(chain: Any, call_args: tuple, call_kwargs: dict, call_target: Any, step: Any) -> None:
         check_inputs(model, call_args, call_kwargs)
-        step_ = TrainingStep(model, checked_loss)
+        step_ = training_step()
         try:
             prove_cut(step_, chain, call_args, call_kwargs, call_target, chain_step=step)
         except RematError as error:
@@ -143,6 +149,7 @@ def checkpoint(
             if advised is error:
                 raise
             raise advised from None
+        forms.setdefault("example", step_.form)
 
     cuts = ShapeCuts(make_chain, prove, repeats, warmup, compile, name=type(model).__name__.lower())
     # the example is cut, profiled, fitted to the budget (refused below the least), solved and
@@ -155,6 +162,7 @@ def checkpoint(
         loss_given=loss is not None,
         over_budget=over_budget,
         source=model,
+        forms=forms,
     )
 
 

@@ -3,8 +3,9 @@ schedule of that call's shape under one budget (docs/models.md, "Batches of othe
 
 from __future__ import annotations
 
+import inspect
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,7 @@ from remat.solver.chain.dp.cache import release_tables
 from remat.solver.chain.optimal import minimum_budget
 from remat.solver.chain.store_all import store_all_peak
 from remat.solver.registry import solve
+from remat.trace.capture import OutputForm
 from remat.trace.stage_errors import traced_location
 
 OVER_BUDGET = ("refuse", "least")
@@ -68,10 +70,54 @@ def _least_schedule(profile: ChainProfile) -> Schedule:
     return solve(profile, minimum_budget(profile), "optimal")
 
 
+def answer(form: OutputForm, loss: torch.Tensor) -> Any:
+    """NOTE [The wrapped model answers as the model]
+    The replay computes the step's one value. Where the model's output carries its loss (a
+    Hugging Face ``ModelOutput``, a dict), the wrapped model returns an output of the same type
+    holding that loss and nothing else, so ``out.loss``, ``out["loss"]`` and ``out[0]`` (the
+    Trainer's ``compute_loss``) read what they read from the model. The other fields (logits,
+    hidden states, the cache) are left out: they are values inside the chain's last stages, and
+    returning them would keep them alive through the backward (the logits alone are batch x
+    sequence x vocabulary), a peak no schedule was solved for. Any other form (a ``loss=``, a
+    tensor output, a tuple's first tensor) returns the step's tensor, as before."""
+    if form.kind != "own":
+        return loss
+    if form.output is dict or not issubclass(form.output, Mapping):
+        return {"loss": loss}
+    return form.output(loss=loss)  # a ModelOutput: its other fields default to None
+
+
+def _with_signature(step: Callable[..., Any], source: nn.Module, loss_given: bool) -> Callable[..., Any]:
+    """``step`` under the name ``forward`` with ``source.forward``'s signature (plus ``target=``
+    with a ``loss=``): ``inspect.signature`` of the wrapped model names the model's inputs, which
+    the Trainer's ``remove_unused_columns`` keeps (a bare ``*args, **kwargs`` kept none)."""
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        return step(*args, **kwargs)
+
+    try:
+        signature = inspect.signature(source.forward)
+    except (TypeError, ValueError):  # a builtin or a C extension's forward: the generic one stays
+        return step
+    if loss_given and "target" not in signature.parameters:
+        params = list(signature.parameters.values())
+        at = next((i for i, p in enumerate(params) if p.kind == inspect.Parameter.VAR_KEYWORD), len(params))
+        params.insert(at, inspect.Parameter("target", inspect.Parameter.KEYWORD_ONLY, default=None))
+        signature = signature.replace(parameters=params)
+    forward.__signature__ = signature
+    forward.__doc__ = RematModel.forward.__doc__
+    return forward
+
+
 class RematModel(nn.Module):
     """A model that trains by replaying a schedule: call it like the model (same positional and
-    keyword inputs, plus ``target=`` when a ``loss`` taking one was given); it returns the training
-    step's output (the loss, or the model's one output tensor), to call ``.backward()`` on.
+    keyword inputs, plus ``target=`` when a ``loss`` taking one was given); it answers as the model
+    does (NOTE [The wrapped model answers as the model]): the model's output type carrying the
+    step's loss where the model's output carries one (``wrapped(**batch).loss.backward()``), else
+    the step's tensor (the ``loss=``'s, or the model's one output tensor) to call ``.backward()`` on.
+    Its state, attributes and (for a Hugging Face or PEFT model) class are the model's (NOTE [The
+    wrapped model is the model's state]), so ``transformers.Trainer`` and accelerate take it as the
+    model; in eval mode a call is the model's own.
 
     Calls of another shape (a ragged last batch, another sequence length, a padded or unpadded
     batch) are profiled (or predicted) and solved under the same budget in bytes the first time
@@ -81,10 +127,6 @@ class RematModel(nn.Module):
     ``.plan_for(...)`` and ``.plans`` give every shape's. ``.report()`` measures steps on the
     example input and puts them next to the prediction.
     """
-
-    # transformers.Trainer passes ``num_items_in_batch`` to a forward taking **kwargs unless this
-    # says no: a new int every batch would be a new signature (a new cut) every batch
-    accepts_loss_kwargs = False
 
     def __init__(
         self,
@@ -96,12 +138,18 @@ class RematModel(nn.Module):
         over_budget: str = "refuse",
         source: nn.Module | None = None,
         first: ShapeCut | None = None,
+        forms: dict[str, OutputForm] | None = None,
     ) -> None:
         """``first``: the example's cut, with ``budget`` in bytes (:meth:`with_budget`); without it,
         the example is cut now (NOTE [Order of a new cut]) and ``budget`` may be a fraction or
-        percentage of its store-all peak."""
+        percentage of its store-all peak. ``forms["example"]``: what the example's step
+        differentiates, set by its proof (NOTE [One meaning per step]); the output is answered
+        in the model's type from it (NOTE [The wrapped model answers as the model])."""
         super().__init__()
         object.__setattr__(self, "_source", source)  # not a submodule: the chain holds the parameters
+        self._forms = {} if forms is None else forms
+        if source is not None:  # the model's inputs, for inspect.signature (the Trainer's columns)
+            self.forward = _with_signature(self._step, source, loss_given)
         if over_budget not in OVER_BUDGET:
             raise RematError(f"over_budget: expected one of {', '.join(map(repr, OVER_BUDGET))}, got {over_budget!r}")
         self.strategy = strategy
@@ -140,6 +188,67 @@ class RematModel(nn.Module):
                 seen.add(id(param))
                 yield name, param
 
+    # NOTE [The wrapped model is the model's state]
+    # The wrapped model holds the user's parameters twice over (the chain's stages and the replay
+    # of its schedule reach the same tensors), so its own state_dict named each tensor two or more
+    # times (safetensors refused to save it). What is saved, loaded and introspected is the user's
+    # model: state_dict/load_state_dict are its, an attribute the wrapper lacks is read from it
+    # (config, save_pretrained, loss_type, ...), and where the model is a Hugging Face or PEFT model
+    # (it has save_pretrained) the wrapper's __class__ is the model's, so that the Trainer, which
+    # asks isinstance(model, PreTrainedModel | PeftModel), saves and resumes it as it does the plain
+    # model (config.json and tied weights, or a LoRA adapter). type(wrapped) stays RematModel.
+
+    @property
+    def __class__(self) -> type:  # noqa: D105 - NOTE [The wrapped model is the model's state]
+        source = self.__dict__.get("_source")
+        if source is not None and callable(getattr(type(source), "save_pretrained", None)):
+            return type(source)
+        return type(self)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            source = self.__dict__.get("_source")
+            if source is None or name.startswith("__"):
+                raise
+            return getattr(source, name)
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """The user's model's state dict (its names, each tensor once as the model has it)."""
+        if self._source is None:
+            return super().state_dict(*args, **kwargs)
+        return self._source.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
+        """Loads into the user's model (copied into its tensors, which the chain trains)."""
+        if self._source is None:
+            return super().load_state_dict(state_dict, strict, assign)
+        if assign:
+            raise RematError(
+                "load_state_dict: assign=True would put new tensors in the model, which the wrapped model's chain"
+                " does not hold; load with assign=False (the default), or wrap the loaded model again"
+            )
+        return self._source.load_state_dict(state_dict, strict)
+
+    def named_children(self) -> Iterator[tuple[str, nn.Module]]:
+        """The user's model's children, then the wrapper's own (the chain, its replay): code that
+        walks children to name parameters (the Trainer's weight-decay groups) finds the model's
+        names, which :meth:`named_parameters` yields."""
+        seen: set[int] = set()
+        children = [] if self._source is None else list(self._source.named_children())
+        for name, child in [*children, *super().named_children()]:
+            if id(child) not in seen:
+                seen.add(id(child))
+                yield name, child
+
+    def train(self, mode: bool = True) -> RematModel:
+        """Train or eval mode, for the wrapper and the user's model (an eval-mode call runs it)."""
+        super().train(mode)
+        if self._source is not None:
+            self._source.train(mode)
+        return self
+
     @property
     def least_budget(self) -> int:
         """Bytes: the least budget the example's call trains under, its least-memory schedule's
@@ -167,7 +276,26 @@ class RematModel(nn.Module):
         refuses, in one line, a shape whose least memory is above the budget."""
         return self._plan(self._cuts.cut_for(args, kwargs, target, fit=self)[0])
 
-    def forward(self, *args: Any, target: Any = None, **kwargs: Any) -> torch.Tensor:
+    def forward(self, *args: Any, target: Any = None, **kwargs: Any) -> Any:
+        """The training step's output, in the model's own form: the loss in the model's output type
+        where the model returns one carrying it (a Hugging Face ``ModelOutput``: ``.loss``, ``["loss"]``,
+        ``[0]``), else the step's tensor; in eval mode, the model's own call (no step is trained)."""
+        return self._step(*args, target=target, **kwargs)
+
+    # torch.compile(wrapped) (the Trainer's torch_compile=True) runs the call as it is: dynamo would
+    # trace remat's own Python (the cut's cache, the replay's autograd.Function), not the model;
+    # remat.checkpoint(compile=True) compiles the stages instead (docs/models.md, "Hugging Face's Trainer")
+    @torch.compiler.disable
+    def _step(self, *args: Any, target: Any = None, **kwargs: Any) -> Any:
+        if not self.training and self._source is not None:
+            if target is not None:
+                raise RematError("target: an eval-mode call runs the model itself, which takes no target")
+            return self._source(*args, **kwargs)
+        loss = self._replayed(args, kwargs, target)
+        form = self._forms.get("example")
+        return loss if form is None else answer(form, loss)
+
+    def _replayed(self, args: tuple, kwargs: dict, target: Any) -> torch.Tensor:
         cut, x = self._cuts.cut_for(args, kwargs, target, fit=self)
         plan = self._plan(cut)
         if plan.least:
@@ -276,6 +404,7 @@ class RematModel(nn.Module):
             self.over_budget,
             self._source,
             first=self._first,
+            forms=self._forms,
         )
 
     def report(self, steps: int = 3, warmup: int = 1) -> Any:
@@ -294,7 +423,7 @@ class RematModel(nn.Module):
         kind = "loss" if self._loss_given else None
 
         def call() -> torch.Tensor:  # the user's whole call: its side values are made in the step
-            return self(*args, target=target, **kwargs)
+            return self._replayed(args, target=target, kwargs=kwargs)
 
         side = self._first.side_bytes
         return compare(

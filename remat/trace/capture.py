@@ -68,16 +68,92 @@ def reduce_output(output: Any, loss: Callable[..., torch.Tensor] | None, target:
     )
 
 
-class TrainingStep(nn.Module):
-    """``model`` followed by :func:`reduce_output`: the function that a cut must reproduce."""
+@dataclass(frozen=True)
+class OutputForm:
+    """What a training step differentiates, read from one eager call of the model (NOTE [One
+    meaning per step]): ``kind`` is ``"loss"`` (the user's ``loss=``), ``"tensor"`` (the model's
+    one output tensor), ``"own"`` (the ``loss`` its output carries), ``"first"`` (the first
+    tensor of a tuple) or ``"none"`` (a mapping without a loss: nothing a user chose); ``output``
+    is the type of the model's output, ``keys`` a mapping's keys."""
 
-    def __init__(self, model: nn.Module, loss: Callable[..., torch.Tensor] | None = None) -> None:
+    kind: str
+    output: type
+    keys: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, output: Any, loss: Callable[..., torch.Tensor] | None) -> OutputForm:
+        """The form of one eager ``output``."""
+        keys = tuple(map(str, output.keys())) if isinstance(output, Mapping) else ()
+        if loss is not None:
+            return cls("loss", type(output))
+        if isinstance(output, torch.Tensor):
+            return cls("tensor", type(output))
+        if _own_loss(output) is not None:
+            return cls("own", type(output), keys)
+        return cls("none" if isinstance(output, Mapping) else "first", type(output), keys)
+
+    def said(self) -> str:
+        """The step's value in words, for a refusal."""
+        name = self.output.__name__
+        return {
+            "loss": "the loss= given",
+            "tensor": "the model's output tensor",
+            "own": f"the loss the model's {name} carries",
+            "first": f"the first tensor of the model's {name}",
+            "none": f"nothing (the model's {name} carries no loss: {', '.join(self.keys) or 'no keys'})",
+        }[self.kind]
+
+
+def _own_loss(output: Any) -> Any:
+    own = getattr(output, "loss", None)
+    if own is None and isinstance(output, Mapping):
+        own = output.get("loss")
+    return own
+
+
+class TrainingStep(nn.Module):
+    """``model`` followed by :func:`reduce_output`: the function that a cut must reproduce.
+
+    NOTE [One meaning per step]
+    Each eager call (never under a trace) records the :class:`OutputForm` of the model's output
+    in ``form`` when ``checked`` (``remat.checkpoint``'s steps): an output mapping without a loss
+    is refused in one line (its "first value" is no meaning a user chose), and, given the
+    ``example``'s form (from the example's proof), so is a call whose step would differentiate
+    something else than the example's (labels left out: the logits instead of the loss). Eager
+    calls come before any trace (the first in :func:`remat.trace.proof.cut_model`), so a refusal
+    costs one no-grad forward."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        loss: Callable[..., torch.Tensor] | None = None,
+        checked: bool = False,
+        example: OutputForm | None = None,
+    ) -> None:
         super().__init__()
         self.model = model
         self.loss = loss
+        self.checked = checked
+        self.example = example
+        self.form: OutputForm | None = None
 
     def forward(self, args: tuple, kwargs: dict, target: Any = None) -> torch.Tensor:
-        return reduce_output(self.model(*args, **kwargs), self.loss, target)
+        output = self.model(*args, **kwargs)
+        if self.checked and not torch.compiler.is_compiling():
+            self.form = form = OutputForm.of(output, self.loss)
+            if self.example is not None and form.kind != self.example.kind:
+                raise RematError(
+                    f"inputs: this call's step would differentiate {form.said()}, where the example's differentiates"
+                    f" {self.example.said()}; call the model with the inputs the example had (labels= for a Hugging"
+                    " Face model's loss), or wrap it again on an example like this call"
+                )
+            if form.kind == "none":
+                raise RematError(
+                    f"model: its output is a {form.output.__name__} with no loss ({', '.join(form.keys) or 'no keys'}),"
+                    " so the step has nothing to differentiate: pass the inputs that make the model compute its loss"
+                    " (labels= for a Hugging Face model) or loss=... to reduce its output"
+                )
+        return reduce_output(output, self.loss, target)
 
 
 def _quiet_logging() -> set:
@@ -238,6 +314,7 @@ __all__ = [
     "HAND_CUT",
     "DynamicDims",
     "GraphBreakError",
+    "OutputForm",
     "input_fakes",
     "trace_fx",
     "TrainingStep",

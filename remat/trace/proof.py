@@ -433,6 +433,7 @@ def _stage_failure(step: TrainingStep, error: BaseException) -> RematError:
 def cut_model(
     model: nn.Module, args: tuple, kwargs: dict, loss: Callable[..., torch.Tensor] | None = None, target: Any = None,
     options: StageOptions | None = None, dynamic: frozenset[tuple[int, int]] = frozenset(), prove: bool = True,
+    step: TrainingStep | None = None,
 ) -> CutChain:  # fmt: skip
     """Trace, cut and prove ``model``'s training step on the example ``(args, kwargs)``; ``options``:
     the recording options the chain will offer, proven too (:func:`check_forward_kinds`);
@@ -440,8 +441,9 @@ def cut_model(
     (NOTE [Dimensions a trace is general in]; the cut is proven on this example's sizes only).
     ``prove=False``: the traced, cut and fused chain, not yet proven: the caller must run
     :func:`prove_cut` on it (``TrainingStep(model, loss)``, the same example) before anything
-    trains with it."""
-    step = TrainingStep(model, loss)
+    trains with it. ``step``: the step to cut, when not ``TrainingStep(model, loss)`` (one that
+    checks its output's form: NOTE [One meaning per step])."""
+    step = TrainingStep(model, loss) if step is None else step
     saved = _Saved(step)
     try:
         outputs: list[OneTensor | None] = []  # where the model's output holds its one tensor, if it does

@@ -126,7 +126,7 @@ def _step(model: nn.Module, inputs, with_loss: bool) -> torch.Tensor:
 
 def _remat_step(wrapped: nn.Module, inputs, with_loss: bool) -> torch.Tensor:
     if isinstance(inputs, dict):
-        return wrapped(**inputs)
+        return wrapped(**inputs).loss
     return wrapped(inputs, target=TARGET) if with_loss else wrapped(inputs)
 
 

@@ -58,7 +58,7 @@ def _plain_step(model: nn.Module, inputs: dict, seed: int) -> tuple[torch.Tensor
 def _remat_step(wrapped: nn.Module, model: nn.Module, inputs: dict, seed: int) -> tuple[torch.Tensor, list]:
     model.zero_grad(set_to_none=True)
     torch.manual_seed(seed)
-    loss = wrapped(**inputs)
+    loss = wrapped(**inputs)["loss"]
     loss.backward()
     return loss.detach(), [p.grad.clone() for p in model.parameters()]
 
@@ -110,7 +110,7 @@ def test_a_shape_above_the_budget_is_refused_before_its_step_runs(caplog):
     least = remat.checkpoint(model, _tokens(2, 8), budget=wrapped.budget, repeats=1, warmup=0, over_budget="least")
     with caplog.at_level(logging.WARNING, logger="remat"):
         for _ in range(2):
-            least(**_tokens(4, 8)).backward()
+            least(**_tokens(4, 8))["loss"].backward()
     said = [r.getMessage() for r in caplog.records if "least-memory schedule" in r.getMessage()]
     assert len(said) == 2 and "(4, 8), (4, 8)" in said[0]
     plan = least.plan_for(**_tokens(4, 8))
@@ -138,7 +138,7 @@ def test_a_predicted_profile_has_the_measured_sizes():
     model = TokenModel(depth=2).train()
     wrapped = remat.checkpoint(model, _tokens(2, 32), budget=10**9, repeats=1, warmup=0)
     for length in (40, 48):
-        wrapped(**_tokens(2, length)).backward()
+        wrapped(**_tokens(2, length))["loss"].backward()
     assert all(plan.cut.measured for plan in wrapped.plans)
     plan = wrapped.plan_for(**_tokens(2, 36))
     assert plan.cut.source.startswith("predicted (linear"), plan.cut.source
@@ -164,14 +164,14 @@ def test_a_predicted_shape_stays_within_its_prediction():
     model = TokenModel(depth=3, width=48).train()
     wrapped = remat.checkpoint(model, _tokens(2, 40), budget=10**9, repeats=1, warmup=0)
     for length in (32, 48):
-        wrapped(**_tokens(2, length)).backward()
+        wrapped(**_tokens(2, length))["loss"].backward()
     inputs = _tokens(2, 44)
     plan = wrapped.plan_for(**inputs)
     assert not plan.cut.measured
     tight = wrapped.with_budget(minimum_budget(plan.cut.profile) + plan.side_bytes)
     plan = tight.plan_for(**inputs)
     assert plan.schedule.predicted.recompute_ms > 0
-    peak = step_allocator_peak(model, lambda: tight(**inputs), torch.device("cpu"), steps=2)
+    peak = step_allocator_peak(model, lambda: tight(**inputs)["loss"], torch.device("cpu"), steps=2)
     a0 = plan.cut.profile.input_size
     assert peak + a0 <= plan.predicted_peak * 1.02, (peak + a0, plan.predicted_peak)
 
@@ -209,7 +209,7 @@ def test_a_hugging_face_loop_with_dynamic_padding_and_accumulation(name):
     for step in range(len(batches) // 2):
         for k in (2 * step, 2 * step + 1):
             torch.manual_seed(k)
-            (wrapped(**batches[k]) / 2).backward()
+            (wrapped(**batches[k]).loss / 2).backward()
             torch.manual_seed(k)
             (reference(**batches[k]).loss / 2).backward()
         for a, b in zip(model.parameters(), reference.parameters(), strict=True):
@@ -252,7 +252,7 @@ def test_a_batch_the_model_cannot_take_is_one_line_and_the_loop_goes_on():
     message = str(info.value)
     assert "\n" not in message and "a batch's inputs ((2, 20) torch.int64" in message and "IndexError" in message
     assert wrapped.retraces == 0  # nothing was cut for it
-    wrapped(**_tokens(2, 10)).backward()  # the next batch trains, on a cut general in the length
+    wrapped(**_tokens(2, 10))["loss"].backward()  # the next batch trains, on a cut general in the length
     assert wrapped.retraces == 1
     # that cut's guard knows no table size, so it takes 20 tokens: while it is proven on a second
     # size, and once it has been, the model's own error is one line naming the module and the
@@ -265,8 +265,8 @@ def test_a_batch_the_model_cannot_take_is_one_line_and_the_loop_goes_on():
         assert "\n" not in message and "(2, 20) torch.int64" in message and "Embedding" in message
         assert "test_shapes.py" in message and all(p.grad is None for p in model.parameters())
         if not second_size_proven:
-            wrapped(**_tokens(2, 11)).backward()
-    wrapped(**_tokens(2, 9)).backward()
+            wrapped(**_tokens(2, 11))["loss"].backward()
+    wrapped(**_tokens(2, 9))["loss"].backward()
     assert wrapped.retraces == 1  # the error came from the model before a trace: nothing was cut
     assert wrapped.plan_for(**_tokens(2, 9)).cut.chain is wrapped.plan_for(**_tokens(2, 10)).cut.chain
 
@@ -288,10 +288,10 @@ def test_a_general_cut_that_fails_its_second_proof_goes(monkeypatch):
     torch.manual_seed(0)
     model = TokenModel(depth=2).train()
     wrapped = remat.checkpoint(model, _tokens(2, 8), budget=10**9, repeats=1, warmup=0)
-    wrapped(**_tokens(2, 10)).backward()
+    wrapped(**_tokens(2, 10))["loss"].backward()
     assert wrapped.plan_for(**_tokens(2, 10)).cut.chain.dynamic is not None
     for length, retraces in ((12, 2), (5, 3)):
-        wrapped(**_tokens(2, length)).backward()
+        wrapped(**_tokens(2, length))["loss"].backward()
         assert wrapped.retraces == retraces
         assert wrapped.plan_for(**_tokens(2, length)).cut.chain.dynamic is None, length
 
@@ -334,7 +334,7 @@ def test_a_cut_general_in_the_length_serves_new_lengths_untraced_and_exactly(mon
     measured = {n for n in (2, 3, 4, 5, 6, 7, 9, 11) if wrapped.plan_for(**_tokens(2, n)).cut.measured}
     assert measured == {2, 3, 5, 7}
     assert all(wrapped.plan_for(**_tokens(2, n)).cut.chain is general for n in (2, 3, 4, 6, 11))
-    wrapped(**_tokens(2, 1)).backward()  # one token: dynamo assumed a length of at least 2
+    wrapped(**_tokens(2, 1))["loss"].backward()  # one token: dynamo assumed a length of at least 2
     assert wrapped.retraces == 2 and wrapped.plan_for(**_tokens(2, 1)).cut.chain is not general
 
 
