@@ -83,7 +83,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from remat.api.inputs import described
-from remat.measure.memory import storage_bytes
+from remat.measure.memory import allocated_bytes, storage_key
 from remat.measure.oom import OutOfMemory, memory_phase
 from remat.model_errors import one_line_errors
 from remat.profile.chain import profile_chain
@@ -539,11 +539,20 @@ def _cut_down(call: tuple, dims: frozenset[tuple[int, int]], size: int) -> tuple
 
 
 def _side_bytes(chain: CutChain, args: tuple, kwargs: dict, target: Any) -> int:
-    """Bytes of the side values ``bind`` made for this call (masks, rotary tables, ...): the
-    context's tensors, less the storages of the call's own inputs (allocated before the call)."""
+    """Bytes the side values ``bind`` made for this call take (masks, rotary tables, ...): the
+    storages of the context's tensors, each once (:func:`~remat.measure.memory.storage_key`),
+    less those allocated before the call: the call's own inputs and the model's parameters and
+    buffers, views of them included (``self.pe[:, :T]``, a slice of token ids cost nothing:
+    docs/model.md, "Every byte counted once"). On CUDA each storage as the allocator rounds it."""
     inputs = [v for v in pytree.tree_leaves((args, kwargs, target)) if isinstance(v, torch.Tensor)]
-    tensors = [v for v in chain.context.values.values() if isinstance(v, torch.Tensor)]
-    return storage_bytes(*inputs, *tensors) - storage_bytes(*inputs)
+    existing = {storage_key(t) for t in (*inputs, *chain.parameters(), *chain.buffers())}
+    sides = [v for v in pytree.tree_leaves(list(chain.context.values.values())) if isinstance(v, torch.Tensor)]
+    made: dict[Any, int] = {}
+    for t in sides:
+        key = storage_key(t)
+        if key is not None and key not in existing:
+            made.setdefault(key, allocated_bytes(t))
+    return sum(made.values())
 
 
 __all__ = ["ShapeCut", "ShapeCuts", "Signature", "along", "predicted_profile"]

@@ -10,11 +10,14 @@ Per stage i, on its input a_i (the previous stage's output for the example input
   each in a loop of its own: a stage timed alone on the same data finds warm caches that a real
   step does not (on CPU that made the sum of stage times ~30% lower than a plain step). The
   thread count is recorded in the metadata (``threads``).
-* ``output_size``: bytes of a_{i+1}'s storage.
+* ``output_size``: bytes of a_{i+1}'s storage (a tensor of it on a storage the step does not
+  allocate: its own elements' bytes, its gradient's; NOTE [Every byte counted once]).
 * ``saved_size``: bytes newly held after the recording forward: the distinct storages autograd
   saves for the stage's backward (``torch.autograd.graph.saved_tensors_hooks`` sees each one) plus
   the output's, or what the allocator still holds after the forward if that is more; storages that
-  existed before the forward (the input a_i, parameters, buffers) are not counted.
+  existed before the forward (the input a_i, parameters, buffers) or that the step does not
+  allocate (a_0, the call's other inputs and side values, and views of all these:
+  :func:`~remat.profile.stage.outside_storages`) are not counted.
 * ``forward_overhead`` (recording forward, F_all), ``forward_nograd_overhead`` (non-recording
   forward, F_ck/F_n) and ``backward_overhead``: the allocator's peak during the op above what it
   leaves behind (for the backward: above the memory before it + the input gradient g_i). Measured
@@ -54,7 +57,14 @@ from remat.measure.allocator import AllocatorMeter
 from remat.measure.memory import allocated_bytes, storage_key, untracked
 from remat.measure.timing import StageTimer, time_ms
 from remat.profile.options import with_measured_options
-from remat.profile.stage import ModelState, existing_storages, record_and_backward_memory, recorded, run_backward
+from remat.profile.stage import (
+    ModelState,
+    existing_storages,
+    outside_storages,
+    record_and_backward_memory,
+    recorded,
+    run_backward,
+)
 from remat.runtime.core import RngState, accelerator_devices, grad_leaf, trainable_params
 from remat.schedules import ChainProfile, RematError, Stage
 from remat.trace import boundary
@@ -85,19 +95,24 @@ def profile_stage(
     timed: bool = True,
     last: bool = False,
     input_grad: bool = True,
+    outside: frozenset = frozenset(),
+    input_bytes: int | None = None,
 ) -> tuple[Stage, Boundary, int]:
     """Profile one stage on input ``x``; return its :class:`Stage`, its output (no graph) and the
     transient bytes of its non-recording forward. ``last``: the chain's last stage (its backward
     holds its output and output gradient; :func:`~remat.profile.stage.record_and_backward_memory`).
     ``input_grad``: whether the backward computes the input's gradient (the replay computes g_0
-    only for an input that requires grad).
+    only for an input that requires grad). ``outside``: the storages no step allocates
+    (:func:`~remat.profile.stage.outside_storages`), counted nowhere in the stage (NOTE [Every
+    byte counted once]); ``input_bytes``: a_i's bytes in the chain model (the previous stage's
+    ``output_size``, a_0's ``input_size``; None: ``x``'s, from ``outside``).
 
     The caller restores buffers/RNG (see :func:`profile_chain`); parameter gradients are expected
     to be pre-allocated.
     """
     device = tensors(x)[0].device
     x = detached(x)
-    pre_existing, activation_bytes = existing_storages(stage, x)
+    pre_existing, activation_bytes = existing_storages(stage, x, outside, input_bytes)
 
     def forward_nograd():
         with torch.no_grad():
@@ -129,9 +144,9 @@ def profile_stage(
             " the model (or one item of the stage list), or give the model a remat_stages() method returning"
             " [(name, module), ...]; remat.checkpoint(model, ...) cuts the model from its trace, never after a view"
         )
-    output_size = boundary_bytes(out, device)
+    output_size = boundary_bytes(out, device, outside=outside)
     inputs = set(storage_keys(x))
-    handed_on = boundary_bytes(out, device, only=lambda t: storage_key(t) in inputs)  # a_i's, unchanged
+    handed_on = boundary_bytes(out, device, only=lambda t: storage_key(t) in inputs, outside=outside)  # a_i's
     nograd_overhead = max(0, meter.peak_bytes - output_size)
 
     forward_ms = backward_ms = 0.0  # timed by time_chain, in sequence
@@ -263,6 +278,8 @@ def _measure_stages(
         from tqdm import tqdm  # deferred: a progress bar only when asked for
 
         iterator = tqdm(iterator, desc="profiling stages", unit="stage", disable=None)
+    outside = outside_storages(chain, x)
+    input_bytes = allocated_bytes(x)  # a_0: the profile's input_size
     for i in iterator:
         if estimated is not None:
             fwd, bwd = stage_times(i, chain.names[i], chain.stages[i], x)
@@ -275,8 +292,11 @@ def _measure_stages(
             timed=False,
             last=i == len(chain) - 1,
             input_grad=input_grad or i > 0,
+            outside=outside,
+            input_bytes=input_bytes,
         )
         stages.append(record)
+        input_bytes = record.output_size
     return stages, estimated
 
 
@@ -459,12 +479,13 @@ def check_profile_matches(profile: ChainProfile, model: nn.Module | Chain, x: to
     if profile.input_size != allocated_bytes(x):
         raise RematError(f"{where}: input_size {profile.input_size} bytes does not match this input")
     state = ModelState(chain, x.device)
+    outside = outside_storages(chain, x)
     try:
         with torch.no_grad(), untracked():
             a = x.detach()
             for i, (stage, record) in enumerate(zip(chain.stages, profile.stages, strict=True)):
                 a = stage(a)
-                size = boundary_bytes(a, x.device)
+                size = boundary_bytes(a, x.device, outside=outside)
                 if size != record.output_size:
                     raise RematError(
                         f"{where}: stage {i} ('{record.name}') outputs {size} bytes here, "

@@ -33,7 +33,14 @@ import torch
 from torch import nn
 
 from remat.measure.timing import time_ms
-from remat.profile.stage import ModelState, existing_storages, record_and_backward_memory, recorded, run_backward
+from remat.profile.stage import (
+    ModelState,
+    existing_storages,
+    outside_storages,
+    record_and_backward_memory,
+    recorded,
+    run_backward,
+)
 from remat.runtime.core import grad_leaf
 from remat.runtime.policies import applicable_policies, selective_forward
 from remat.schedules import ChainProfile, Stage, StageOption
@@ -42,16 +49,22 @@ from remat.trace.chain import Chain
 
 
 def _measure(
-    stage: nn.Module, x: torch.Tensor, policy: str | None, last: bool = False, input_grad: bool = True
+    stage: nn.Module,
+    x: torch.Tensor,
+    policy: str | None,
+    last: bool = False,
+    input_grad: bool = True,
+    outside: frozenset = frozenset(),
+    input_bytes: int | None = None,
 ) -> tuple[int, int, int, Callable[[], tuple[float, float]]]:
     """(saved_size, forward_overhead, backward_overhead, sample) of one recording forward of
     ``stage`` on ``x`` with ``policy`` (None: the plain recording forward); ``sample()`` times
     one recording forward and its backward (ms, ms), so that the caller can interleave the
     options' samples. ``last``: the chain's last stage (as in
     :func:`~remat.profile.stage.record_and_backward_memory`); ``input_grad``: the input's gradient
-    is computed (as in :func:`~remat.profile.chain.profile_stage`)."""
+    is computed, ``outside`` and ``input_bytes`` as in :func:`~remat.profile.chain.profile_stage`."""
     device = tensors(x)[0].device
-    pre_existing, activation_bytes = existing_storages(stage, x)
+    pre_existing, activation_bytes = existing_storages(stage, x, outside, input_bytes)
 
     def forward_record():
         leaf = grad_leaf(x, input_grad)
@@ -73,14 +86,22 @@ def _measure(
 
 
 def stage_options(
-    stage: nn.Module, x: torch.Tensor, record: Stage, repeats: int, last: bool = False, input_grad: bool = True
+    stage: nn.Module,
+    x: torch.Tensor,
+    record: Stage,
+    repeats: int,
+    last: bool = False,
+    input_grad: bool = True,
+    outside: frozenset = frozenset(),
+    input_bytes: int | None = None,
 ) -> tuple[StageOption, ...]:
     """The options worth keeping for one stage (see the module doc), measured on its input ``x``;
-    ``last``: the chain's last stage."""
+    ``last``: the chain's last stage; ``outside``, ``input_bytes``: as in
+    :func:`~remat.profile.chain.profile_stage`."""
     names = applicable_policies(stage, x)
     if not names:
         return ()
-    measured = {name: _measure(stage, x, name, last, input_grad) for name in [None, *names]}
+    measured = {name: _measure(stage, x, name, last, input_grad, outside, input_bytes) for name in [None, *names]}
     # interleaved samples (plain, option 1, option 2, ..., plain, ...): load hits all alike
     samples: dict[str | None, list[tuple[float, float]]] = {name: [] for name in measured}
     for _ in range(max(1, repeats)):
@@ -116,9 +137,11 @@ def with_measured_options(
     try:
         state.zero_grads()
         x = example_input.detach()
+        outside = outside_storages(chain, x)
+        sizes = [profile.input_size, *(s.output_size for s in profile.stages)]  # a_i's bytes
         for i, (stage, record) in enumerate(zip(chain.stages, profile.stages, strict=True)):
             last, input_grad = i == len(chain) - 1, i > 0 or profile.metadata.get("input_grad", True)
-            options = stage_options(stage, x, record, repeats, last, input_grad)
+            options = stage_options(stage, x, record, repeats, last, input_grad, outside, sizes[i])
             stages.append(dataclasses.replace(record, options=options))
             with torch.no_grad():
                 x = stage(x)

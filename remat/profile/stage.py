@@ -48,12 +48,35 @@ class ModelState:
             torch.cuda.set_rng_state(self.cuda_rng, self.device)
 
 
-def existing_storages(stage: nn.Module, x: Boundary) -> tuple[set, int]:
-    """(the storages of ``stage``'s parameters and buffers and of its input ``x``, which a forward
-    does not allocate; the allocator's bytes of ``x``, each storage once: the chain model's a_i,
-    which ``B i`` counts for its gradient g_i)."""
-    existing = {storage_key(t) for t in (*stage.parameters(), *stage.buffers(), *tensors(x))}
-    return existing, boundary_bytes(x)
+def outside_storages(chain: nn.Module, x: Boundary) -> frozenset:
+    """Storage keys (:func:`~remat.measure.memory.storage_key`) of every tensor a step of
+    ``chain`` on chain input ``x`` does not allocate: ``x`` (a_0, the caller's), the chain's
+    parameters and buffers, and the tensors of the bound call a chain names through
+    ``remat_outside_tensors()`` (a traced chain: the call's other inputs and its side values).
+
+    NOTE [Every byte counted once]: the chain model counts a_0 as ``input_size``, the side values
+    as the call's ``side_bytes``, parameters and buffers not at all; a stage that saves one of
+    these storages, or a view of one (``x[t]`` of a sequence a loop steps through, a second
+    input multiplied in, ``self.pe[:, :T]``), or hands one on, holds no new bytes for it. Only
+    the gradient the next stage's leaf of a handed-on one gets is new (its elements' bytes:
+    :func:`~remat.trace.boundary.boundary_bytes`; docs/model.md, "Every byte counted once")."""
+    named = getattr(chain, "remat_outside_tensors", None)
+    extra = () if named is None else named()
+    return frozenset(
+        key for t in (*tensors(x), *chain.parameters(), *chain.buffers(), *extra) if (key := storage_key(t)) is not None
+    )
+
+
+def existing_storages(
+    stage: nn.Module, x: Boundary, outside: frozenset = frozenset(), input_bytes: int | None = None
+) -> tuple[set, int]:
+    """(the storages a forward of ``stage`` does not allocate: its parameters' and buffers', its
+    input ``x``'s and ``outside`` (:func:`outside_storages`); the bytes of ``x`` the chain model
+    counts, a_i, which ``B i`` counts for its gradient g_i: ``input_bytes`` when given (the
+    previous stage's ``output_size``, or a_0's ``input_size``), else ``x``'s storages, each once,
+    those in ``outside`` as :func:`~remat.trace.boundary.boundary_bytes` counts them)."""
+    existing = {storage_key(t) for t in (*stage.parameters(), *stage.buffers(), *tensors(x))} | outside
+    return existing, boundary_bytes(x, outside=outside) if input_bytes is None else input_bytes
 
 
 Recorded = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -128,4 +151,12 @@ def record_and_backward_memory(
     return saved_size, max(0, record.peak - record.end), max(rise, lowest_backward_overhead(saved_size, grad_bytes))
 
 
-__all__ = ["ModelState", "Recorded", "existing_storages", "record_and_backward_memory", "recorded", "run_backward"]
+__all__ = [
+    "ModelState",
+    "Recorded",
+    "existing_storages",
+    "outside_storages",
+    "record_and_backward_memory",
+    "recorded",
+    "run_backward",
+]

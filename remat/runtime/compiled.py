@@ -230,6 +230,12 @@ class CompiledChain(Chain):
     def context(self):
         return self.source.context
 
+    def remat_outside_tensors(self) -> list[torch.Tensor]:
+        """The source's (:meth:`remat.trace.stages.CutChain.remat_outside_tensors`): the bound
+        call's inputs and side values, which no stage allocates; none for another chain."""
+        outside = getattr(self.source, "remat_outside_tensors", None)
+        return [] if outside is None else outside()
+
     @property
     def compiled_label(self) -> str:
         """``"torch.compile (<backend>)"``: a profile's ``compiled`` metadata."""

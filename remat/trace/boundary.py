@@ -15,11 +15,12 @@ tensor (never a 1-tuple), so a chain of single-tensor boundaries runs exactly as
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import torch
 
-from remat.measure.memory import allocated_bytes, storage_key
+from remat.measure.memory import allocated_bytes, allocation_size, storage_key
 
 MAX_TENSORS = 8
 """The most tensors a cut may hand on (a bound that keeps a boundary one unit of the chain model:
@@ -64,13 +65,30 @@ def storage_keys(a: Boundary) -> list:
     return [storage_key(t) for t in tensors(a)]
 
 
-def boundary_bytes(a: Boundary, device: str | torch.device | None = None, only: Callable | None = None) -> int:
+def boundary_bytes(
+    a: Boundary,
+    device: str | torch.device | None = None,
+    only: Callable | None = None,
+    outside: AbstractSet = frozenset(),
+) -> int:
     """Bytes the storages of ``a`` occupy, each storage once (views and repeats share one);
-    ``only``: count only the tensors it accepts (a gradient exists only for some of them)."""
+    ``only``: count only the tensors it accepts (a gradient exists only for some of them).
+
+    ``outside``: storage keys (:func:`~remat.measure.memory.storage_key`) the step does not
+    allocate (the call's inputs, its side values, parameters, buffers). A tensor of ``a`` on one
+    of them (``x[t]`` of an input sequence) holds no new bytes; it counts as the gradient the next
+    stage's leaf of it gets: its own elements' bytes when it can carry one, else nothing
+    (docs/model.md, "Every byte counted once")."""
     seen: dict[Any, int] = {}
     for t in tensors(a):
-        if only is None or only(t):
-            seen.setdefault(storage_key(t) or id(t), allocated_bytes(t, device))
+        if only is not None and not only(t):
+            continue
+        key = storage_key(t)
+        if key is not None and key in outside:
+            own = t.numel() * t.element_size() if can_have_grad(t) else 0
+            seen.setdefault(("own", id(t)), allocation_size(own, t.device if device is None else device))
+        else:
+            seen.setdefault(key or id(t), allocated_bytes(t, device))
     return sum(seen.values())
 
 

@@ -252,6 +252,15 @@ class CutChain(Chain):
         """``bind`` then the plain (no remat) chain: the cut model's training-step output."""
         return self(self.bind(*args, target=target, **kwargs))
 
+    def remat_outside_tensors(self) -> list[torch.Tensor]:
+        """The tensors of the bound call the stages read besides their inputs: the call's own
+        inputs and the side values. No stage allocates them (the caller did, or :meth:`bind`
+        before the chain: the call's ``side_bytes``), so a stage that saves or hands on one, or a
+        view of one, holds no new bytes (docs/model.md, "Every byte counted once"; the profilers
+        read this, :func:`remat.profile.stage.outside_storages`)."""
+        leaves = pytree.tree_leaves(list(self.context.values.values()))
+        return [v for v in leaves if isinstance(v, torch.Tensor)]
+
     @property
     def dynamic(self) -> DynamicDims | None:
         """The input dimensions this cut is general in (None: it is for the traced example's sizes)."""

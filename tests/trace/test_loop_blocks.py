@@ -95,7 +95,10 @@ def test_a_module_called_in_a_loop_is_cut_per_call_exact_and_least_well_below_st
     calls = _calls(names, path)
     assert calls[:3] == [path, f"{path}#2", f"{path}#3"], names
     assert len(names) >= STEPS // 2, names  # a stage per call, a few fused with their neighbour
-    assert wrapped.least_budget * 3 < wrapped.store_all_budget, (wrapped.least_budget, wrapped.store_all_budget)
+    # one stage would make them equal; at these tiny sizes the true ratio is about 2.1 (it was over
+    # 3 while every stage counted the input sequence its slice x[t] views: docs/model.md, "Every
+    # byte counted once")
+    assert wrapped.least_budget * 2 < wrapped.store_all_budget, (wrapped.least_budget, wrapped.store_all_budget)
     least = wrapped.with_budget(wrapped.least_budget)
     plain = _grads(model, lambda: _loss(model(x)))
     ours = _grads(model, lambda: least(x))
