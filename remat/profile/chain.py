@@ -55,7 +55,7 @@ from remat.measure.memory import allocated_bytes, storage_key, untracked
 from remat.measure.timing import StageTimer, time_ms
 from remat.profile.options import with_measured_options
 from remat.profile.stage import ModelState, existing_storages, record_and_backward_memory, recorded, run_backward
-from remat.runtime.core import RngState, accelerator_devices, grad_leaf, trainable_params
+from remat.runtime.core import RngState, accelerator_devices, grad_leaf, trainable_params, uncached_casts
 from remat.schedules import ChainProfile, RematError, Stage
 from remat.trace import boundary
 from remat.trace.boundary import (
@@ -99,12 +99,15 @@ def profile_stage(
     x = detached(x)
     pre_existing, activation_bytes = existing_storages(stage, x)
 
+    # NOTE [Autocast's weight-cast cache]: measured with autocast's cache off, so each weight
+    # cast is allocated in the measured forward even when the caller's autocast region has cached
+    # it already (the replay's recomputation in the backward starts with an empty cache)
     def forward_nograd():
-        with torch.no_grad():
+        with torch.no_grad(), uncached_casts():
             return _stage_output(name, stage(x))
 
     def forward_record():
-        with torch.enable_grad():
+        with torch.enable_grad(), uncached_casts():
             leaf = grad_leaf(x, input_grad)
             return leaf, _stage_output(name, stage(leaf))
 
