@@ -126,7 +126,11 @@ def uncached_casts() -> Iterator[None]:
 
     A forward that records no graph (F_ck, F_n, the profile's non-recording forward) gets the
     same values with or without the cache (a cast is a pure function of the weight), but a cached
-    cast stays allocated to the end of the outermost autocast region, recorded or not."""
+    cast stays allocated to the end of the outermost autocast region, recorded or not. Without
+    autocast it changes nothing (the flag is global state a compiled stage guards on)."""
+    if not AutocastState.current().key():
+        yield
+        return
     previous = torch.is_autocast_cache_enabled()
     torch.set_autocast_cache_enabled(False)
     try:
