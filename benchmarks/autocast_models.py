@@ -152,6 +152,8 @@ def main() -> None:
     parser.add_argument("--fp16", default="", help="a model to run under fp16 autocast with a GradScaler too")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    note = "shared 2-core machine (other sessions' jobs beside it); peaks are allocator bytes, not times"
+    machine = machine_info.machine(note)  # at the start: its load average is the run's
     every = cut_models.models(real_models.IMAGE)
     rows = []
     for name in args.only.split(","):
@@ -160,8 +162,7 @@ def main() -> None:
     if args.fp16:
         rows.append(fp16_row(args.fp16, every[args.fp16]) | {"model": args.fp16, "dtype": "torch.float16"})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    note = "shared 2-core machine (other sessions' jobs beside it); peaks are allocator bytes, not times"
-    RESULTS.write_text(json.dumps({"machine": machine_info.machine(note), "rows": rows}, indent=1) + "\n")
+    RESULTS.write_text(json.dumps({"machine": machine, "rows": rows}, indent=1) + "\n")
     print(markdown(rows))
 
 
