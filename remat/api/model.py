@@ -411,6 +411,9 @@ class RematModel(nn.Module):
         """Predicted vs measured peak memory (bytes) and step time (ms) of the user's step on the
         example input (:func:`remat.replay.report.compare`); print it with ``.table()``. The step
         is the whole call, so the side values it computes (masks) are measured, and predicted.
+        Its forward runs under the autocast state the example was cut under, in an autocast region
+        of its own when ``report()`` is called outside one (call it there: inside one, the region's
+        cache already holds the weights' casts, and the step is measured without them).
 
         The step measured is the one this model trains (``Report.step``, a line of the table):
         ``loss = self(x, target=y); loss.backward()`` with the ``loss=`` given (and its example
@@ -419,11 +422,16 @@ class RematModel(nn.Module):
         check_count("steps", steps, 1)
         check_count("warmup", warmup, 0)
         args, kwargs, target = self._example
-        x = self.chain.bind(*args, target=target, **kwargs)
+        autocast = self._first.signature.autocast
+        with autocast.entered():
+            x = self.chain.bind(*args, target=target, **kwargs)
         kind = "loss" if self._loss_given else None
 
         def call() -> torch.Tensor:  # the user's whole call: its side values are made in the step
-            return self._replayed(args, target=target, kwargs=kwargs)
+            # the forward in an autocast region of the example's state, the backward outside: the
+            # loop torch's AMP recipe gives (NOTE [Autocast's weight-cast cache])
+            with autocast.entered():
+                return self._replayed(args, target=target, kwargs=kwargs)
 
         side = self._first.side_bytes
         return compare(
@@ -436,6 +444,7 @@ class RematModel(nn.Module):
             kind=kind,
             call=call,
             side_bytes=side,
+            autocast=autocast,
         )
 
 

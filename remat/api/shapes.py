@@ -88,6 +88,7 @@ from remat.measure.oom import OutOfMemory, memory_phase
 from remat.model_errors import one_line_errors
 from remat.profile.chain import profile_chain
 from remat.runtime.compiled import CompiledChain, compile_chain
+from remat.runtime.core import AutocastState
 from remat.schedules import ChainProfile, RematError
 from remat.solver.chain.dp.cache import release_tables
 from remat.solver.plan import GrowthModel, fit_growth
@@ -111,8 +112,13 @@ class Signature:
 
     ``shapes`` holds each tensor leaf's shape, in leaf order; ``rest`` everything else a trace is
     specialised to (the pytree structure, each tensor's index, dtype and device, the constants
-    and which leaves are the same tensor) or profiled for (which leaves require grad: the chain
-    input's gradient is measured only where it is computed)."""
+    and which leaves are the same tensor, the autocast state it runs under) or profiled for (which
+    leaves require grad: the chain input's gradient is measured only where it is computed).
+
+    The autocast state (each enabled device type's dtype, and the cache flag;
+    :meth:`AutocastState.key`) is the last part of ``rest``: a trace records the dtypes it saw
+    (``x.to(h.dtype)`` is ``x.to(torch.float32)`` in an fp32 trace), and a profile the sizes, so a
+    call under ``torch.autocast`` gets a cut traced, proven and profiled under that state."""
 
     shapes: tuple[tuple[int, ...], ...]
     rest: tuple
@@ -125,11 +131,20 @@ class Signature:
         shapes = tuple(shape for _, shape, _, _ in check.tensors)
         tensors = tuple((i, str(dtype), device) for i, _, dtype, device in check.tensors)
         constants = tuple((i, repr(value)) for i, value in check.constants)
-        return cls(shapes, (repr(check.spec), tensors, constants, check.aliases, check.grads))
+        autocast = AutocastState.current().key()
+        return cls(shapes, (repr(check.spec), tensors, constants, check.aliases, check.grads, autocast))
+
+    @property
+    def autocast(self) -> AutocastState:
+        """The autocast state of the calls this signature names."""
+        return AutocastState.of_key(self.rest[-1])
 
     def text(self) -> str:
-        """The tensor shapes, e.g. ``(4, 128), (4, 128)``."""
-        return ", ".join(str(s) for s in self.shapes)
+        """The tensor shapes, e.g. ``(4, 128), (4, 128)``, and the autocast dtype if any."""
+        shapes = ", ".join(str(s) for s in self.shapes)
+        enabled = self.rest[-1][0] if self.rest[-1] else ()
+        casts = ", ".join(f"{kind} {str(dtype).removeprefix('torch.')}" for kind, dtype in enabled)
+        return f"{shapes} under autocast ({casts})" if casts else shapes
 
 
 def _own_leaves(tree: Any) -> Any:
@@ -357,6 +372,8 @@ class ShapeCuts:
         """A cut of this call from a general cut that takes it (its sizes, guard and branch), with
         a new profile and no trace; None when none does."""
         for general in reversed(self._general):
+            if general.proven_on[0].rest[-1] != signature.rest[-1]:  # traced under another autocast state
+                continue
             start = time.perf_counter()
             try:
                 general.chain.bind(*args, target=target, **kwargs)

@@ -65,7 +65,7 @@ from remat.profile.stage import (
     recorded,
     run_backward,
 )
-from remat.runtime.core import RngState, accelerator_devices, grad_leaf, trainable_params
+from remat.runtime.core import RngState, accelerator_devices, grad_leaf, trainable_params, uncached_casts
 from remat.schedules import ChainProfile, RematError, Stage
 from remat.trace import boundary
 from remat.trace.boundary import (
@@ -114,12 +114,15 @@ def profile_stage(
     x = detached(x)
     pre_existing, activation_bytes = existing_storages(stage, x, outside, input_bytes)
 
+    # NOTE [Autocast's weight-cast cache]: measured with autocast's cache off, so each weight
+    # cast is allocated in the measured forward even when the caller's autocast region has cached
+    # it already (the replay's recomputation in the backward starts with an empty cache)
     def forward_nograd():
-        with torch.no_grad():
+        with torch.no_grad(), uncached_casts():
             return _stage_output(name, stage(x))
 
     def forward_record():
-        with torch.enable_grad():
+        with torch.enable_grad(), uncached_casts():
             leaf = grad_leaf(x, input_grad)
             return leaf, _stage_output(name, stage(leaf))
 

@@ -41,7 +41,7 @@ from remat.profile.stage import (
     recorded,
     run_backward,
 )
-from remat.runtime.core import grad_leaf
+from remat.runtime.core import grad_leaf, uncached_casts
 from remat.runtime.policies import applicable_policies, selective_forward
 from remat.schedules import ChainProfile, Stage, StageOption
 from remat.trace.boundary import tensors
@@ -68,7 +68,7 @@ def _measure(
 
     def forward_record():
         leaf = grad_leaf(x, input_grad)
-        with torch.enable_grad():
+        with torch.enable_grad(), uncached_casts():  # as profile_stage (NOTE [Autocast's weight-cast cache])
             return leaf, stage(leaf) if policy is None else selective_forward(stage, leaf, policy)
 
     setup = recorded(forward_record)

@@ -64,6 +64,7 @@ from remat.runtime.core import (
     release_output_grad,
     shared_params,
     trainable_params,
+    uncached_casts,
 )
 from remat.runtime.policies import require_policy, restored_buffers, selective_forward
 from remat.runtime.release import released_backward
@@ -163,8 +164,8 @@ class _Step:
                         out = stage(grad_input(leaf))
                 self.abar[i + 1] = (leaf, out)
                 self.recorded[i + 1] = option
-            else:
-                with torch.no_grad():
+            else:  # no graph: no cast kept to the autocast region's end (NOTE [Autocast's weight-cast cache])
+                with torch.no_grad(), uncached_casts():
                     out = stage(inp)
                 self.a[i + 1] = out
         del inp

@@ -38,6 +38,7 @@ from remat.measure.memory import allocation_size, untracked
 from remat.measure.timing import sync
 from remat.profile.chain import check_profile_matches
 from remat.replay.chain import RematChain
+from remat.runtime.core import AutocastState
 from remat.runtime.policies import restored_buffers
 from remat.schedules import (
     ChainProfile,
@@ -506,6 +507,7 @@ def compare(
     kind: str | None = None,
     call: Callable[[], torch.Tensor] | None = None,
     side_bytes: int = 0,
+    autocast: AutocastState | None = None,
 ) -> Report:
     """Measure ``steps`` steps of ``wrapped`` on ``x`` and put them next to the simulator's prediction.
 
@@ -513,8 +515,11 @@ def compare(
     scalar (it ends in a loss), else the default ``"output"`` step. A profile measured on another
     model or input is refused (:func:`check_profile_matches`). ``call``: the user's whole forward,
     measured instead of ``wrapped(x)``; it computes ``side_bytes`` of side values (bytes) before
-    the replay and holds them through it, which the prediction then adds at every op."""
-    check_profile_matches(profile, getattr(wrapped, "chain", wrapped), x)
+    the replay and holds them through it, which the prediction then adds at every op.
+    ``autocast``: the state the profile was measured under (``call`` enters it itself), under
+    which the profile is checked against the model."""
+    with autocast.entered() if autocast is not None else contextlib.nullcontext():
+        check_profile_matches(profile, getattr(wrapped, "chain", wrapped), x)
     predicted = _with_side_values(simulate(profile, schedule.ops, timeline=True), side_bytes)
     measured = measure_steps(wrapped, x, steps=steps, warmup=warmup, kind=kind or "auto", call=call)
     return build_report(

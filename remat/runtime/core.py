@@ -79,6 +79,65 @@ class AutocastState:
                 )
             yield
 
+    def key(self) -> tuple:
+        """What a traced cut is specialised to (part of a call's signature, remat.api.shapes): each
+        enabled device type with its dtype, and the cache flag when any is enabled; () without
+        autocast (a disabled type's dtype and the cache flag then change nothing)."""
+        enabled = tuple((kind, dtype) for kind, enabled, dtype in self.devices if enabled)
+        return (enabled, self.cache_enabled) if enabled else ()
+
+    @staticmethod
+    def of_key(key: tuple) -> AutocastState:
+        """The state a :meth:`key` names (every type it does not name disabled)."""
+        enabled, cache = key if key else ((), True)
+        dtypes = dict(enabled)
+        devices = AutocastState.current().devices
+        return AutocastState(
+            tuple((kind, kind in dtypes, dtypes.get(kind, dtype)) for kind, _, dtype in devices), cache
+        )
+
+
+# NOTE [Autocast's weight-cast cache]
+# Under torch.autocast, the first cast of a leaf fp32 tensor that requires grad (a weight) to the
+# autocast dtype is cached (per thread) and reused until the outermost autocast region exits,
+# whether or not a graph is recorded (no_grad forwards cache too). So in a replay under autocast
+# every stage's weight casts would stay allocated from its first forward to the region's end,
+# beside what the chain model counts (a 6 x (Linear 512 + Tanh) MLP: +55.7% over the prediction).
+# What remat does instead, in the loop torch's AMP recipe gives (`with autocast(): loss =
+# model(x)`, then `loss.backward()` outside the region):
+# * a forward that records no graph (F_ck, F_n) runs with the cache off (`uncached_casts`): the
+#   same values (a cast is a pure function of its weight), and its casts are transients of that
+#   forward, freed with it;
+# * a recording forward (F_all) keeps the cache, so a weight it uses twice is cast once and its
+#   gradients summed as plain autocast sums them; the casts its backward needs are saved tensors
+#   (abar), as the chain model counts them;
+# * a recomputation in the backward enters the first forward's autocast state (Recomputer) in a
+#   region of its own, whose cache is cleared when it ends: what stays is what autograd saved;
+# * the profile measures each stage's forwards with the cache off (remat.profile.chain), so a cast
+#   is allocated in the measured forward whatever the caller's region has cached already.
+# Left out of the model (measured, docs/models.md "Mixed precision"): a cast a recording forward of
+# the forward pass makes but does not save (a bias's) stays cached to the region's end; and a
+# backward run inside the autocast region keeps each recorded stage's casts to the region's end.
+
+
+@contextlib.contextmanager
+def uncached_casts() -> Iterator[None]:
+    """Autocast's weight-cast cache off inside the block (NOTE [Autocast's weight-cast cache]).
+
+    A forward that records no graph (F_ck, F_n, the profile's non-recording forward) gets the
+    same values with or without the cache (a cast is a pure function of the weight), but a cached
+    cast stays allocated to the end of the outermost autocast region, recorded or not. Without
+    autocast it changes nothing (the flag is global state a compiled stage guards on)."""
+    if not AutocastState.current().key():
+        yield
+        return
+    previous = torch.is_autocast_cache_enabled()
+    torch.set_autocast_cache_enabled(False)
+    try:
+        yield
+    finally:
+        torch.set_autocast_cache_enabled(previous)
+
 
 def _device_module(device: torch.device):
     return getattr(torch, device.type)
@@ -521,4 +580,5 @@ __all__ = [
     "grad_input",
     "release_output_grad",
     "trainable_params",
+    "uncached_casts",
 ]

@@ -179,7 +179,11 @@ def test_library_model_through_the_one_call_api(case):
     loss = nn.functional.cross_entropy if with_loss else None
     target = TARGET if with_loss else None
     example = inputs if isinstance(inputs, dict) else (inputs,)
-    wrapped = remat.checkpoint(model, example, budget=1.0, loss=loss, target=target, repeats=1, warmup=0)
+    # over_budget="least": the bf16 call below is a signature of its own (traced, proven and
+    # profiled under autocast), solved under this fp32 budget, which it may need more than
+    wrapped = remat.checkpoint(
+        model, example, budget=1.0, loss=loss, target=target, repeats=1, warmup=0, over_budget="least"
+    )
     names = [s.name for s in wrapped.profile.stages]
     assert all(name in names for name in expected_stages), names
     # halfway between the smallest budget the DP can meet and store-all: it must recompute
