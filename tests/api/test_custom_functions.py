@@ -13,6 +13,7 @@ from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
 import remat
 from remat.replay.report import step_allocator_peak
+from tests.step_grads import step_grads
 
 WIDTH, DEPTH = 128, 6
 
@@ -71,14 +72,6 @@ def _loss(out: torch.Tensor) -> torch.Tensor:
     return out.pow(2).mean()
 
 
-def _grads(model: nn.Module, step) -> list[torch.Tensor]:
-    for p in model.parameters():
-        p.grad = None
-    loss = step()
-    loss.backward()
-    return [loss.detach(), *(p.grad.clone() for p in model.parameters())]
-
-
 def _net(function: type[torch.autograd.Function] = Swish) -> tuple[nn.Module, torch.Tensor]:
     torch.manual_seed(0)
     return Net(function).train(), torch.randn(256, WIDTH)
@@ -92,8 +85,8 @@ def test_a_custom_function_net_is_cut_at_every_block_exact_and_within_per_block_
     for k in range(DEPTH):  # every block its own stage (a fused stage names its parts)
         assert any(f"blocks.{k}" == part for name in names for part in name.split("+")), (k, names)
     least = wrapped.with_budget(wrapped.least_budget)
-    plain = _grads(model, lambda: _loss(model(x)))
-    ours = _grads(model, lambda: least(x))
+    plain = step_grads(model, lambda: _loss(model(x)))
+    ours = step_grads(model, lambda: least(x))
     assert all(torch.equal(a, b) for a, b in zip(plain, ours, strict=True))
 
     def per_block() -> torch.Tensor:
@@ -116,6 +109,6 @@ def test_a_tensor_kept_on_ctx_is_seen_too_and_the_step_is_exact():
     blocks = [s.name for s in wrapped.profile.stages if s.name.startswith("blocks.")]
     assert len(blocks) == DEPTH, blocks  # no two blocks fused: each one's stage saves its input
     least = wrapped.with_budget(wrapped.least_budget)
-    plain = _grads(model, lambda: _loss(model(x)))
-    ours = _grads(model, lambda: least(x))
+    plain = step_grads(model, lambda: _loss(model(x)))
+    ours = step_grads(model, lambda: least(x))
     assert all(torch.equal(a, b) for a, b in zip(plain, ours, strict=True))

@@ -82,6 +82,9 @@ def test_the_trainers_weight_decay_groups_are_the_models(wrapped_token_model):
     """The Trainer names the parameters to decay by walking children (its get_parameter_names): the
     wrapper's children are the model's first, so the groups hold the same parameters in the same order."""
     transformers = pytest.importorskip("transformers")
+    from remat.models.compat import import_torchvision
+
+    import_torchvision()  # first: transformers.Trainer imports torchvision (remat/models/compat.py)
     model, wrapped, _ = wrapped_token_model
     groups = []
     for net in (model, wrapped):

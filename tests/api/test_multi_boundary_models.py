@@ -18,6 +18,7 @@ import remat
 from remat.models.compat import import_torchvision
 from remat.models.hub import build_library_model
 from remat.replay.report import step_allocator_peak
+from tests.step_grads import step_grads
 
 try:  # first: transformers imports torchvision (remat/models/compat.py)
     import_torchvision()
@@ -52,15 +53,6 @@ def _inputs() -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "labels": labels, "attention_mask": torch.ones(2, SEQ, dtype=torch.long)}
 
 
-def _grads(model, step):
-    for p in model.parameters():
-        p.grad = None
-    torch.manual_seed(3)
-    loss = step()
-    loss.backward()
-    return [loss.detach(), *(p.grad.clone() for p in model.parameters())]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(CASES))
 def test_cut_at_every_block_exact_and_least_memory_at_most_per_block_checkpointing(name):
@@ -74,8 +66,8 @@ def test_cut_at_every_block_exact_and_least_memory_at_most_per_block_checkpointi
         for k in range(3):
             assert any(f"{parent}.{k}" in part.split("+") for part in names), (parent, k, names)
     least = wrapped.with_budget(wrapped.least_budget)
-    plain = _grads(model, lambda: model(**inputs).loss)
-    ours = _grads(model, lambda: least(**inputs).loss)
+    plain = step_grads(model, lambda: model(**inputs).loss, seed=3)
+    ours = step_grads(model, lambda: least(**inputs).loss, seed=3)
     assert all(torch.equal(a, b) for a, b in zip(plain, ours, strict=True))
 
     cpu = torch.device("cpu")

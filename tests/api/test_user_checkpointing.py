@@ -17,6 +17,7 @@ from torch.utils.checkpoint import checkpoint as torch_checkpoint
 import remat
 from remat.replay.report import step_allocator_peak
 from remat.schedules import RematError
+from tests.step_grads import step_grads
 
 DEPTH = 4
 
@@ -41,15 +42,6 @@ def _loss(out: torch.Tensor) -> torch.Tensor:
     return out.pow(2).mean()
 
 
-def _grads(model: nn.Module, step) -> list[torch.Tensor]:
-    for p in model.parameters():
-        p.grad = None
-    torch.manual_seed(3)
-    loss = step()
-    loss.backward()
-    return [loss.detach(), *(p.grad.clone() for p in model.parameters())]
-
-
 def _every_block_a_stage(names: list[str], parent: str, depth: int) -> bool:
     parts = {part for name in names for part in name.split("+")}
     return all(f"{parent}.{k}" in parts for k in range(depth))
@@ -67,8 +59,8 @@ def test_torch_checkpoint_regions_are_inlined_cut_per_block_and_exact(p, caplog)
     names = [s.name for s in wrapped.profile.stages]
     assert _every_block_a_stage(names, "blocks", DEPTH), names
     least = wrapped.with_budget(wrapped.least_budget)
-    theirs = _grads(model, lambda: _loss(model(x)))  # the model as the user has it: checkpointing on
-    ours = _grads(model, lambda: least(x))
+    theirs = step_grads(model, lambda: _loss(model(x)), seed=3)  # the model as the user has it: checkpointing on
+    ours = step_grads(model, lambda: least(x), seed=3)
     assert all(torch.equal(a, b) for a, b in zip(theirs, ours, strict=True))
     cpu = torch.device("cpu")
     least_peak = step_allocator_peak(model, lambda: least(x), cpu)
@@ -100,8 +92,8 @@ def test_hugging_face_checkpointing_on_is_inlined_cut_per_layer_and_exact(name, 
     names = [s.name for s in wrapped.profile.stages]
     assert _every_block_a_stage(names, layers, 2), names
     least = wrapped.with_budget(wrapped.least_budget)
-    theirs = _grads(model, lambda: model(**inputs).loss)  # checkpointing on, as the user has it
-    ours = _grads(model, lambda: least(**inputs).loss)
+    theirs = step_grads(model, lambda: model(**inputs).loss, seed=3)  # checkpointing on, as the user has it
+    ours = step_grads(model, lambda: least(**inputs).loss, seed=3)
     assert all(torch.equal(a, b) for a, b in zip(theirs, ours, strict=True))
 
 

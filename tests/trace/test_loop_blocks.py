@@ -12,6 +12,7 @@ from torch import nn
 import remat
 from remat.trace.nodes import repeated_blocks
 from remat.trace.proof import cut_model
+from tests.step_grads import step_grads
 
 STEPS = 16
 
@@ -64,14 +65,6 @@ def _loss(out: torch.Tensor, *_: object) -> torch.Tensor:
     return out.pow(2).mean()
 
 
-def _grads(model: nn.Module, step) -> list[torch.Tensor]:
-    for p in model.parameters():
-        p.grad = None
-    loss = step()
-    loss.backward()
-    return [loss.detach(), *(p.grad.clone() for p in model.parameters())]
-
-
 def _calls(names: list[str], path: str) -> list[str]:
     """The stage names' parts that are calls of ``path`` (a fused stage names its parts)."""
     return [part for name in names for part in name.split("+") if part.split("#")[0] == path]
@@ -100,8 +93,8 @@ def test_a_module_called_in_a_loop_is_cut_per_call_exact_and_least_well_below_st
     # byte counted once")
     assert wrapped.least_budget * 2 < wrapped.store_all_budget, (wrapped.least_budget, wrapped.store_all_budget)
     least = wrapped.with_budget(wrapped.least_budget)
-    plain = _grads(model, lambda: _loss(model(x)))
-    ours = _grads(model, lambda: least(x))
+    plain = step_grads(model, lambda: _loss(model(x)))
+    ours = step_grads(model, lambda: least(x))
     assert all(torch.equal(a, b) for a, b in zip(plain, ours, strict=True))
 
 
