@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
+import os
 from collections.abc import Callable
 
 import pytest
@@ -24,6 +26,7 @@ from tests.docs.readme_blocks import Block, output_of, python_blocks, shape_mism
 KINDS: dict[str, Callable[[str], bool]] = {
     "hand-built": lambda text: "profile_chain(" in text and "RematChain(" in text,
     "hugging face": lambda text: "remat.checkpoint(" in text,
+    "trainer": lambda text: "Trainer(" in text,
     "compile": lambda text: "remat.compile(" in text,
 }
 
@@ -74,6 +77,13 @@ def check_hugging_face(ns: dict, printed: str) -> None:
     assert plans[64].cut.chain is plans[96].cut.chain and plans[96].cut.chain.dynamic is not None
 
 
+def check_trainer(ns: dict, printed: str) -> None:
+    trainer = ns["trainer"]
+    assert trainer.state.global_step == 2, trainer.state.global_step
+    losses = [row["train_loss"] for row in trainer.state.log_history if "train_loss" in row]
+    assert losses and all(math.isfinite(v) for v in losses), trainer.state.log_history
+
+
 def check_compile(ns: dict, printed: str) -> None:
     compiled, out = ns["compiled"], ns["out"]
     assert torch.isfinite(out.loss)
@@ -84,6 +94,7 @@ def check_compile(ns: dict, printed: str) -> None:
 CHECKS: dict[str, Callable[[dict, str], None]] = {
     "hand-built": check_hand_built,
     "hugging face": check_hugging_face,
+    "trainer": check_trainer,
     "compile": check_compile,
 }
 
@@ -95,7 +106,8 @@ class ReadmeRun:
     A block that imports transformers, and every block after it (it may use its names), is
     skipped where transformers is not installed."""
 
-    def __init__(self) -> None:
+    def __init__(self, workdir: str) -> None:
+        self.workdir = workdir  # the blocks' files (the Trainer's output folder) go there
         self.namespace: dict = {"__name__": "__readme__"}
         self.printed: dict[int, str] = {}
         self.failed: dict[int, BaseException | None] = {}
@@ -117,7 +129,9 @@ class ReadmeRun:
         printed = io.StringIO()
         # padded so that a traceback names the README's own line
         code = compile("\n" * (b.line) + b.text, "README.md", "exec")
+        here = os.getcwd()
         try:
+            os.chdir(self.workdir)
             with contextlib.redirect_stdout(printed):
                 exec(code, self.namespace)  # noqa: S102 - the README's own code
             self.printed[b.line] = printed.getvalue()
@@ -125,12 +139,14 @@ class ReadmeRun:
         except Exception as error:  # noqa: BLE001 - kept for every test that needs this block
             self.printed.setdefault(b.line, printed.getvalue())
             return error
+        finally:
+            os.chdir(here)
         return None
 
 
 @pytest.fixture(scope="module")
-def readme() -> ReadmeRun:
-    return ReadmeRun()
+def readme(tmp_path_factory: pytest.TempPathFactory) -> ReadmeRun:
+    return ReadmeRun(str(tmp_path_factory.mktemp("readme")))
 
 
 def test_every_python_block_of_the_readme_is_checked_here():
