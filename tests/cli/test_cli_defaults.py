@@ -13,15 +13,10 @@ import pytest
 
 from remat.cli import main
 from remat.cli.text import _extra_rows
+from tests.cli.test_cli import _run
 from tests.conftest import EXAMPLES, ROOT
 
 RESNET = str(EXAMPLES / "resnet_like.json")
-
-
-def _run(capsys, argv):
-    code = main(argv)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 @pytest.mark.slow
