@@ -105,6 +105,19 @@ def _left_behind(tmp_path: Path) -> list[int]:
         time.sleep(0.05)
 
 
+def _described(pids: list[int]) -> list[str]:
+    """Each process as pid, parent and command line, for the failure message."""
+    out = []
+    for pid in pids:
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[-120:]
+            parent = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[1]
+        except OSError:
+            command, parent = "(ended)", "?"
+        out.append(f"{pid} (parent {parent}): {command}")
+    return out
+
+
 def _kill(pids: list[int]) -> None:
     for pid in pids:
         try:
@@ -121,7 +134,7 @@ def _signalled_ends(child: subprocess.Popen, number: int, name: str, tmp_path: P
     expected = {"SIGINT": (130, "remat: interrupted"), "SIGTERM": (143, "remat: terminated")}[name]
     assert (status, err.strip().splitlines()) == (expected[0], [expected[1]]), err
     left = _left_behind(tmp_path)
-    assert left == [], f"processes left running: {left}"
+    assert left == [], f"processes left running: {_described(left)}"
 
 
 def _cleaned(child: subprocess.Popen, tmp_path: Path) -> None:

@@ -152,11 +152,18 @@ def _stop(pool: ProcessPoolExecutor) -> None:
     started are cancelled and the running ones' processes terminated, instead of ``shutdown``'s
     wait for every solve in the queue (their HiGHS children stop when they see their parent gone)."""
     processes = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
     pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         process.terminate()
     for process in processes:
         process.join(1.0)
+    # The pool's manager thread sees its workers gone and closes its wake-up pipe; if it is still
+    # doing so when the interpreter exits, concurrent.futures' atexit hook writes to that pipe as it
+    # closes and prints "OSError: [Errno 9] Bad file descriptor" after the CLI's one line. Waiting
+    # for the thread here orders the two.
+    if manager is not None:
+        manager.join(2.0)
 
 
 def _outcome(future, name: str, budget: int):

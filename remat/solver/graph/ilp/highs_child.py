@@ -26,6 +26,8 @@ INFINITE = 2**62
 # Constraints with this name are left out: they hold at every optimum and do not change the LP value
 # (checkmate_model.FORCED_FREE says why; the same string, so that this file imports nothing of remat).
 LEFT_OUT = "forced free"
+# The environment variable in which the launcher passes its pid (highs_search.py sets it).
+PARENT_VARIABLE = "REMAT_HIGHS_PARENT"
 
 
 def read_model(path: str) -> dict:
@@ -183,10 +185,30 @@ def _stale_solution(highs, model: dict) -> bool:  # noqa: ANN001 - a highspy.Hig
     return _objective(model, x) > info.objective_function_value + _TOLERANCE * max(1.0, abs(_objective(model, x)))
 
 
+def _die_with_parent() -> None:
+    """On Linux, ask the kernel to SIGKILL this process when its parent dies. The interrupt
+    callbacks check for a gone parent too, but HiGHS calls them only between steps (presolve or one
+    LP can run for seconds without one), and a parent killed by SIGTERM (a front's solver process)
+    has no time to kill its child: without this the child outlived a stopped ``remat pareto``."""
+    # The launcher's pid, from the launcher: a parent that died while this process was starting
+    # has left it a child of init already, and os.getppid() would not tell.
+    parent = int(os.environ.get(PARENT_VARIABLE, os.getppid()))
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the callbacks' check remains
+        return
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
+
+
 def main(argv: list[str]) -> int:
     # A terminal's Ctrl-C reaches the whole process group, this child included: the parent owns
     # it and kills this process (NOTE [No solver takes a signal], remat/solver/deadline.py).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
     model_path, result_path, end = argv[1], argv[2], float(argv[3])
     model = read_model(model_path)
 

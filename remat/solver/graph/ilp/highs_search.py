@@ -21,6 +21,7 @@ Units: bytes, milliseconds, seconds.
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -102,7 +103,10 @@ def branch_and_cut(
         end = time.time() + deadline.left() - HEADROOM_SECONDS
         wait = kill_at.left() if kill_at is not None else deadline.left() + GRACE_SECONDS
         command = [sys.executable, str(CHILD), str(model_path), str(result_path), repr(end)]
-        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        environment = {**os.environ, "REMAT_HIGHS_PARENT": str(os.getpid())}  # highs_child.PARENT_VARIABLE
+        child = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=environment
+        )
         try:
             errors, stopped = _wait(child, lambda: _has_bound(result_path), wait, give_up_after)
         except BaseException:  # Ctrl-C, SIGTERM: the child must not outlive the solve
