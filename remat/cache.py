@@ -8,6 +8,11 @@ before, only slower the first time (``tests/solver/test_history.py``).
 Every cache is made here, and registers itself as it is made: :class:`KeyedCache` (bounded by
 entries or by bytes, least recently used or first in out first) and :func:`memo` (a
 :func:`functools.lru_cache`). Torch-free, and the bottom of the house: it imports nothing of remat.
+
+Two ``functools.cache`` stay outside it on purpose, as they are no caches but once-per-process
+actions that clearing would repeat: registering the CPU flash attention's FLOP formulas
+(:func:`remat.models.meta.count_cpu_flash_attention_flops`) and spending torch's unknown-block
+warning (``remat.measure.allocator``).
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ from torch.utils import _pytree as pytree
 
 from remat.measure.memory import storage_key
 from remat.trace.boundary import storage_keys
-from remat.trace.capture import TrainingStep, first_tensor_index, reduce_output, trace
+from remat.trace.capture import TrainingStep, first_tensor_index, trace
 from remat.trace.functions import saving_functions
 from remat.trace.inline import inline_checkpoints
 from remat.trace.nodes import module_path, mutates
@@ -130,6 +130,5 @@ __all__ = [
     "module_path",
     "mutates",
     "plan",
-    "reduce_output",
     "trace",
 ]

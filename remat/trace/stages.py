@@ -17,9 +17,10 @@ from torch.utils import _pytree as pytree
 
 from remat.schedules import RematError
 from remat.trace.boundary import Boundary, tensors
-from remat.trace.capture import DynamicDims, reduce_output
+from remat.trace.capture import DynamicDims
 from remat.trace.chain import Chain
 from remat.trace.grad_mode import within_entry_grad_mode
+from remat.trace.loss import reduce_output
 from remat.trace.nodes import is_context
 from remat.trace.positions import Plan
 from remat.trace.repeatable import copy_mutated_sides
