@@ -36,3 +36,12 @@ def test_the_model_orders_its_peaks_and_reads_the_old_names_with_a_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the new names warn of nothing
         assert [getattr(wrapped, name) for name in SHARED]
+
+
+@pytest.mark.slow
+def test_the_compiled_model_orders_its_peaks_the_same_way():
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(32, 32), nn.Tanh()) for _ in range(4)]).train()
+    compiled = remat.compile(model, budget=1.0, times="estimate", measure=False)
+    compiled(torch.randn(64, 32)).sum().backward()
+    assert compiled.least_peak <= compiled.predicted_peak <= compiled.budget == compiled.store_all_peak
