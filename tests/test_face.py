@@ -51,6 +51,18 @@ def test_every_public_name_resolves_and_takes_no_signal():
     assert _python(code) == "[] True True"
 
 
+def test_every_public_name_has_a_home_that_defines_it():
+    """Fast, with no import: each lazily imported name's module is a file of remat that defines or
+    imports the name (a module renamed without updating remat/__init__.py fails here)."""
+    homes = remat._HOMES
+    assert set(homes) | {"__version__", "checkpoint", "compile"} == set(remat.__all__)
+    for name, home in homes.items():
+        base = ROOT / home.replace(".", "/")
+        path = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+        assert path.is_file(), (name, home)
+        assert re.search(rf"\b{name}\b", path.read_text()), (name, home)
+
+
 def test_a_name_outside_the_face_is_an_attribute_error():
     with pytest.raises(AttributeError, match="no attribute 'store_all_peak'"):
         remat.store_all_peak  # noqa: B018 - the access is the test
