@@ -100,7 +100,6 @@ def test_every_room_is_in_the_layer_list():
     assert not gone, f"docs/architecture.md lists rooms that do not exist: {sorted(gone)}"
 
 
-@pytest.mark.slow
 def test_no_room_imports_one_above_it_or_beside_it():
     wrong = violations(ROOT, layers())
     assert not wrong, "imports against docs/architecture.md's layers:\n" + "\n".join(wrong)
