@@ -111,14 +111,14 @@ def test_the_checker_reports_an_import_up_and_one_beside(tmp_path):
     files = {
         "remat/schedules/bad.py": "def f():\n    from remat.replay.chain import RematChain\n",
         "remat/replay/chain.py": "from remat.schedules import bad\n",
-        "remat/cli/main.py": "import remat.zoo.small\n",
+        "remat/cli/parser.py": "import remat.zoo.small\n",
         "remat/zoo/small.py": "",
     }
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     wrong = violations(tmp_path, {"schedules": 1, "replay": 2, "cli": 3, "zoo": 3})
-    assert [w.split(" ")[0] for w in wrong] == ["remat/cli/main.py:1", "remat/schedules/bad.py:2"]
+    assert [w.split(" ")[0] for w in wrong] == ["remat/cli/parser.py:1", "remat/schedules/bad.py:2"]
 
 
 TORCH_FREE = ("schedules", "solver", "plots")
