@@ -457,7 +457,7 @@ class RematCompiled(nn.Module):
         partition: simulated 19290116 bytes, 15% above the 16747656 its compiled step measures;
         its loss region's logits and softmax are fused), hence the 20% reach; one that measures
         above the budget is never kept. With the joint graph merged as torch's partitioner
-        merges it (``remat.joint.profile.apply_torch_safety``), remat's graphs of torch's save set
+        merges it (``remat.joint.joint_profile.apply_torch_safety``), remat's graphs of torch's save set
         measure what torch.compile's do. It costs one compile.
 
         NOTE [A torch partition above the budget gives way to the next ratio down]: the reach

@@ -41,7 +41,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from remat.schedules.errors import ScheduleError
-from remat.schedules.profile import ChainProfile, GraphProfile
+from remat.schedules.profiles import ChainProfile, GraphProfile
 from remat.schedules.schedule import Op, Prediction, Schedule, parse_ops
 
 

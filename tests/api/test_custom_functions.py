@@ -1,6 +1,6 @@
 """A custom ``torch.autograd.Function`` inside the model (issue 42, item 2): what its
 ``ctx.save_for_backward`` keeps is seen as the stage's saved tensors (NOTE [What a custom
-autograd.Function saves], remat/trace/functions.py), so the net of memory-efficient Swish blocks is
+autograd.Function saves], remat/rewrite/functions.py), so the net of memory-efficient Swish blocks is
 cut at every block, trains bit for bit like the plain model at its least memory, that least memory
 is at most per-block checkpointing's, and the profile predicts the step within 2%."""
 

@@ -232,7 +232,7 @@ def test_llama_gqa_is_cut_on_eager_branch_and_a_call_on_the_other_is_refused(pad
 def test_graph_replay_of_a_vision_model_equals_its_plain_step(case, bf16):
     # DenseNet's block input feeds every layer's concatenation: the replay must add their
     # gradients in autograd's order; VGG's ReLUs are in place
-    from remat.graph.profile import profile_graph
+    from remat.graph.profiler import profile_graph
     from remat.replay.graph import GraphReplay
     from tests.solver.graph.graph_schedules import checkpoint_schedule
 

@@ -1,6 +1,6 @@
 """The user's own activation checkpointing inside the model (issue 42, item 4): regions of
 ``torch.utils.checkpoint`` (a hand net's blocks; Hugging Face's per-layer checkpointing) are
-inlined in the trace (NOTE [The user's checkpoint regions], remat/trace/inline.py) and said so in
+inlined in the trace (NOTE [The user's checkpoint regions], remat/rewrite/inline.py) and said so in
 one line; the model is cut at every block and trains bit for bit like the model as the user has
 it, checkpointing on, with dropout and without, at its least memory, which is at most what the
 user's own per-block checkpointing takes."""

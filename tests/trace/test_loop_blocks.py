@@ -1,5 +1,5 @@
 """A module the step calls again in a Python loop (NOTE [A module called in a loop],
-remat/trace/nodes.py ``repeated_blocks``): an ``nn.LSTMCell`` over the time steps, a shared MLP
+remat/rewrite/nodes.py ``repeated_blocks``): an ``nn.LSTMCell`` over the time steps, a shared MLP
 block, is one stage per call (``cell``, ``cell#2``, ...), so a recurrent loop is cut between its
 time steps; a module without parameters called again (an activation) is no block of its own."""
 
@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import remat
-from remat.trace.nodes import repeated_blocks
+from remat.rewrite.nodes import repeated_blocks
 from remat.trace.proof import cut_model
 from tests.step_grads import step_grads
 
