@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "remat"
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
-EXEMPT = {"executor", "__init__", "__main__"}  # old-path aliases; the package's face; python -m remat
+EXEMPT = {"__init__", "__main__"}  # the package's face; python -m remat
 
 
 def layers() -> dict[str, int]:

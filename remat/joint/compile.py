@@ -4,8 +4,8 @@ The model is compiled by inductor as usual (``dynamic=False``: every new input s
 graph, so each gets its own exact sizes and its own solve, kept by torch's compile cache; inductor's
 layout optimization off); only the partition of each joint graph into forward and backward is
 remat's (:class:`~remat.joint.partition.RematPartitioner`). After the first call, ``regions``,
-``plan``, ``schedule``, ``predicted_peak``, ``simulated_peak``, ``measured_peak``, ``least_peak``,
-``store_all_peak`` and ``predicted_ms`` describe the step of the latest call's input signature,
+``plan``, ``schedule``, ``budget``, ``predicted_peak``, ``simulated_peak``, ``measured_peak``,
+``least_peak``, ``store_all_peak`` and ``predicted_ms`` describe the step of the latest call's input signature,
 and ``plans`` holds every region plan made (one per region and input shape).
 """
 
@@ -531,6 +531,12 @@ class RematCompiled(nn.Module):
         simulation counts value by value), or the simulated peak where it was not measured."""
         measured = self._latest().measured
         return self.simulated_peak if measured is None else measured
+
+    @property
+    def budget(self) -> int:
+        """The step's budget (bytes) for the latest call's signature: the budget given, or its
+        share of :attr:`store_all_peak`."""
+        return _budget_bytes(self._session, self._latest().fronts)
 
     @property
     def least_peak(self) -> int:

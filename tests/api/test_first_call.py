@@ -67,7 +67,7 @@ def test_a_budget_below_the_least_is_refused_in_one_line_before_the_proof_or_a_s
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Sequential(nn.Linear(32, 32), nn.Tanh()) for _ in range(6)]).train()
     x = torch.randn(64, 32)
-    least = remat.checkpoint(model, x, budget=1.0, repeats=1, warmup=0).least_budget
+    least = remat.checkpoint(model, x, budget=1.0, repeats=1, warmup=0).least_peak
     proofs = []
     real = proof.prove_cut
 

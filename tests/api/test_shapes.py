@@ -68,7 +68,7 @@ def test_every_batch_shape_trains_exactly_under_one_budget():
     torch.manual_seed(0)
     model = TokenModel(depth=3).train()  # dropout 0.1: the RNG is replayed per stage
     wrapped = remat.checkpoint(model, _tokens(2, 8), budget=1.0, repeats=1, warmup=0, over_budget="least")
-    budget = wrapped.least_budget
+    budget = wrapped.least_peak
     wrapped = wrapped.with_budget(budget)  # the example recomputes; larger shapes need the least schedule
     assert wrapped.budget == budget
     shapes = [(2, 8), (3, 8), (2, 12), (2, 5), (1, 8), (2, 8), (2, 12)]
@@ -96,7 +96,7 @@ def test_a_shape_above_the_budget_is_refused_before_its_step_runs(caplog):
     torch.manual_seed(0)
     model = TokenModel(depth=2).train()
     wrapped = remat.checkpoint(model, _tokens(2, 8), budget=1.0, repeats=1, warmup=0)
-    wrapped = wrapped.with_budget(wrapped.least_budget)
+    wrapped = wrapped.with_budget(wrapped.least_peak)
     model.zero_grad(set_to_none=True)
     state = torch.get_rng_state()
     with pytest.raises(RematError) as info:
