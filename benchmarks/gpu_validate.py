@@ -9,7 +9,7 @@ total from torch.profiler memory events); the live-tensor tracker's peak is prin
 ("tensors": what a tensor count sees, without kernel workspaces). ``resnet18`` is torchvision's
 ResNet-18 layout, whose convolutions allocate workspaces inside the kernels.
 
-Graphs: for each model, its forward+backward graph (remat.graph.profile: times
+Graphs: for each model, its forward+backward graph (remat.graph.profiler: times
 measured on the device, each node's transient the allocator's peak during one run of it), then
 ``store-all`` at 100% and ``chen-greedy``, ``lp-rounding`` and ``ilp`` (time-limited,
 warm-started) at 85% and 75% of the store-all peak (a strategy that cannot meet a budget is
@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
 
-from remat.graph.profile import profile_graph  # noqa: E402
+from remat.graph.profiler import profile_graph  # noqa: E402
 from remat.profile.chain import profile_chain  # noqa: E402
 from remat.replay.chain import RematChain  # noqa: E402
 from remat.replay.graph import GraphReplay, compare_graph  # noqa: E402

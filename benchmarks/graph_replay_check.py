@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT / "tests" / "graph"))  # the test models (tests/grap
 import torch  # noqa: E402
 from graph_models import TinyTransformer, small_resnet, small_unet  # noqa: E402
 
-from remat.graph.profile import profile_graph  # noqa: E402
+from remat.graph.profiler import profile_graph  # noqa: E402
 from remat.replay.graph import GraphReplay, measure_graph  # noqa: E402
 from remat.schedules import InfeasibleBudgetError, format_size, simulate  # noqa: E402
 from remat.solver.registry import get_strategy, solve, strategy_names  # noqa: E402

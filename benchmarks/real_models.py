@@ -176,7 +176,7 @@ def block_segments(model: nn.Module, stage_names: list[str]) -> list[list[nn.Mod
     """The blocks of the cut as module runs: a stage named by a module path is that module; one named
     ``parent.i-j`` is children i..j of ``parent`` (a conv and its in-place ReLU); stages that are no
     module (``root``, ``loss``) or contain other stages (vit's ``encoder``) are not checkpointed.
-    A fused stage (``first+second``, remat/executor/fuse.py) is its parts, each checkpointed as a
+    A fused stage (``first+second``, remat/trace/fuse.py) is its parts, each checkpointed as a
     user would checkpoint its blocks."""
     # a later call of a shared block (``albert_layers.0#2``) is that block, checkpointed once
     parts = [re.sub(r"#\d+$", "", part) for name in stage_names for part in name.split("+")]

@@ -73,7 +73,7 @@ def _side(side: str, steps: int) -> dict:
     totals: dict = defaultdict(float)
     setup = time.perf_counter()
     if side == "remat":
-        import remat.api.front as front
+        import remat.api.entry as front
         import remat.api.model as model_module
         import remat.api.shapes as shapes
 

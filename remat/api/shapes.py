@@ -3,7 +3,7 @@ signature and mask branch, and its profile, measured or predicted (docs/models.m
 other shapes").
 
 A traced cut is specialised to the dtypes and constants of the call it was traced on, to the
-branch transformers' mask code took on it (:mod:`remat.trace.branches`), and to its shapes but
+branch transformers' mask code took on it (:mod:`remat.rewrite.branches`), and to its shapes but
 for the dimensions it is general in. Cuts are kept per signature, at most ``limit`` signatures
 (the least recently used goes first, and is cut again if it comes back).
 
@@ -87,12 +87,12 @@ from remat.measure.memory import allocated_bytes, storage_key
 from remat.measure.oom import OutOfMemory, memory_phase
 from remat.model_errors import one_line_errors
 from remat.profile.chain import profile_chain
+from remat.rewrite.branches import OtherBranchError, pinned_verdicts
 from remat.runtime.compiled import CompiledChain, compile_chain
 from remat.runtime.core import AutocastState
 from remat.schedules import ChainProfile, RematError
 from remat.solver.chain.dp.cache import release_tables
 from remat.solver.plan import GrowthModel, fit_growth
-from remat.trace.branches import OtherBranchError, pinned_verdicts
 from remat.trace.stage_errors import traced_location
 from remat.trace.stages import CutChain, leaf_check
 

@@ -4,8 +4,8 @@ The model is compiled by inductor as usual (``dynamic=False``: every new input s
 graph, so each gets its own exact sizes and its own solve, kept by torch's compile cache; inductor's
 layout optimization off); only the partition of each joint graph into forward and backward is
 remat's (:class:`~remat.joint.partition.RematPartitioner`). After the first call, ``regions``,
-``plan``, ``schedule``, ``predicted_peak``, ``simulated_peak``, ``measured_peak``, ``least_peak``,
-``store_all_peak`` and ``predicted_ms`` describe the step of the latest call's input signature,
+``plan``, ``schedule``, ``budget``, ``predicted_peak``, ``simulated_peak``, ``measured_peak``,
+``least_peak``, ``store_all_peak`` and ``predicted_ms`` describe the step of the latest call's input signature,
 and ``plans`` holds every region plan made (one per region and input shape).
 """
 
@@ -456,7 +456,7 @@ class RematCompiled(nn.Module):
         partition: simulated 19290116 bytes, 15% above the 16747656 its compiled step measures;
         its loss region's logits and softmax are fused), hence the 20% reach; one that measures
         above the budget is never kept. With the joint graph merged as torch's partitioner
-        merges it (``remat.joint.profile.apply_torch_safety``), remat's graphs of torch's save set
+        merges it (``remat.joint.joint_profile.apply_torch_safety``), remat's graphs of torch's save set
         measure what torch.compile's do. It costs one compile.
 
         NOTE [A torch partition above the budget gives way to the next ratio down]: the reach
@@ -530,6 +530,12 @@ class RematCompiled(nn.Module):
         simulation counts value by value), or the simulated peak where it was not measured."""
         measured = self._latest().measured
         return self.simulated_peak if measured is None else measured
+
+    @property
+    def budget(self) -> int:
+        """The step's budget (bytes) for the latest call's signature: the budget given, or its
+        share of :attr:`store_all_peak`."""
+        return _budget_bytes(self._session, self._latest().fronts)
 
     @property
     def least_peak(self) -> int:

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from remat.cache import KeyedCache
 from remat.schedules.errors import ScheduleError
-from remat.schedules.profile import ChainProfile, GraphProfile
+from remat.schedules.profiles import ChainProfile, GraphProfile
 from remat.schedules.schedule import Op, Prediction, Schedule, parse_ops
 
 

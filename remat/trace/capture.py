@@ -1,7 +1,7 @@
 """The two tracers of remat. A model's training step as one TorchDynamo graph, for chains
 (docs/models.md, "How a model is cut"); a model as a torch.fx graph (``torch.fx.symbolic_trace``,
 standard ``torch.nn`` modules as leaves), for graph profiles (:func:`trace_fx`). Both graphs are
-read by the one node classification, :mod:`remat.trace.nodes`.
+read by the one node classification, :mod:`remat.rewrite.nodes`.
 
 The training step is the model's forward followed by :func:`remat.trace.loss.reduce_output` (its
 output reduced to what is differentiated: the user's loss, the model's own ``.loss``, or its one
@@ -16,7 +16,7 @@ a whole recording forward (every activation the step stores) for a result nobody
 model that does not fit, that forward is what fails. The backend here keeps the graph and returns
 a callable that raises :class:`_Captured` instead of running it, which :func:`trace` takes as
 success: the capture allocates no activations (only the eager no-grad run of
-:mod:`remat.trace.branches` for a Hugging Face model, which holds one layer's values at a time).
+:mod:`remat.rewrite.branches` for a Hugging Face model, which holds one layer's values at a time).
 
 NOTE [Dimensions a trace is general in]
 A trace may be asked to keep some input dimensions symbolic (``maybe_mark_dynamic``: a sequence
@@ -41,9 +41,9 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from remat.measure.oom import is_out_of_memory
+from remat.rewrite import branches
+from remat.rewrite.eager_path import eager_answers, model_files
 from remat.schedules import ProfileError, RematError
-from remat.trace import branches
-from remat.trace.eager_path import eager_answers, model_files
 from remat.trace.loss import own_loss, reduce_output
 
 
@@ -213,7 +213,7 @@ def trace(
     in (NOTE [Dimensions a trace is general in]; None: it is specialised to every size).
 
     The traced graph is not run (NOTE [A trace runs nothing]); a Hugging Face model runs once,
-    eagerly under ``no_grad`` (:mod:`remat.trace.branches` records its mask decisions): the caller
+    eagerly under ``no_grad`` (:mod:`remat.rewrite.branches` records its mask decisions): the caller
     saves and restores its state around it. An allocation failure is raised as it came
     (:func:`~remat.measure.oom.is_out_of_memory`), not as a model that cannot be traced.
     Resets dynamo's caches (before and after) so that this trace neither hits nor leaves one.

@@ -25,16 +25,16 @@ from torch.utils.hooks import RemovableHandle
 from remat.measure.offload import Kept, OffDevice, existing_storages, saved_off_device
 from remat.measure.state import StepState
 from remat.model_errors import first_line, where_in_model
+from remat.rewrite.inline import INLINED
+from remat.rewrite.nodes import is_random
 from remat.schedules import RematError
 from remat.trace.boundary import each, is_boundary, tensors
 from remat.trace.capture import HAND_CUT, GraphBreakError, TrainingStep
 from remat.trace.chain import Chain
 from remat.trace.cut import cut_step
 from remat.trace.fuse import fuse_unsaved_handoffs
-from remat.trace.inline import INLINED
 from remat.trace.kinds import StageOptions, _same, _same_boundary, _weight, check_forward_kinds
 from remat.trace.loss import step_loss
-from remat.trace.nodes import is_random
 from remat.trace.repeatable import shared_change
 from remat.trace.stages import CutChain, OneTensor, Tail
 

@@ -18,7 +18,7 @@ from remat.profile.chain import profile_chain
 from remat.profile.options import applicable_policies
 from remat.trace.proof import cut_model
 
-try:  # first: transformers imports torchvision (remat/executor/compat.py)
+try:  # first: transformers imports torchvision (remat/models/compat.py)
     import_torchvision()
 except ModuleNotFoundError:
     pytest.skip("torchvision is not installed (.ci/run installs it)", allow_module_level=True)

@@ -12,7 +12,7 @@ from torch import nn
 
 from tests.conftest import ROOT
 
-try:  # first: timm and transformers import torchvision (remat/executor/compat.py)
+try:  # first: timm and transformers import torchvision (remat/models/compat.py)
     from remat.models.compat import import_torchvision
 
     import_torchvision()

@@ -39,7 +39,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from remat.trace.nodes import node_name
+from remat.rewrite.nodes import node_name
 
 GRAD_MODE_SETTERS = ("_set_grad_enabled", "set_grad_enabled")
 

@@ -20,7 +20,7 @@ with its version-counter check, as the user's Function runs without remat; a ten
 on ``ctx`` as an attribute (``ctx.mask = mask``) through ``ctx.save_for_backward`` of an alias of
 its storage with a version counter of its own (eager checks no version there either), so the hooks
 see that one too; anything else (not a plain strided tensor) on ``ctx``, as eager keeps it. An
-item of the op's output tuple is no view (:data:`remat.trace.nodes.FRESH_TUPLES`), so a cut may fall
+item of the op's output tuple is no view (:data:`remat.rewrite.nodes.FRESH_TUPLES`), so a cut may fall
 right after the Function, where the block ends.
 
 Why this is the same function: the forward and backward are the traced graphs themselves, run on

@@ -1,5 +1,5 @@
 """A model that branches on "am I being compiled?" is traced on the path eager runs
-(NOTE [The eager path, traced], remat/trace/eager_path.py)."""
+(NOTE [The eager path, traced], remat/rewrite/eager_path.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from torch import nn
 
 import remat
 from remat.models.compat import import_torchvision
-from remat.trace.eager_path import eager_answers, model_files
+from remat.rewrite.eager_path import eager_answers, model_files
 
 
 def _transformers_ask():
