@@ -20,9 +20,9 @@ from remat.model_errors import one_line_errors
 from remat.replay.chain import RematChain
 from remat.replay.report import compare
 from remat.schedules import ChainProfile, InfeasibleBudgetError, RematError, Schedule, format_size
+from remat.solver.budget import reference_peak
 from remat.solver.chain.dp.cache import release_tables
 from remat.solver.chain.optimal import minimum_budget
-from remat.solver.chain.store_all import store_all_peak
 from remat.solver.registry import solve
 from remat.trace.capture import OutputForm
 from remat.trace.stage_errors import traced_location
@@ -63,8 +63,9 @@ class ShapePlan:
 
 
 def call_store_all_peak(cut: ShapeCut) -> int:
-    """Bytes: the whole call's store-all peak for ``cut``: the chain's plus its side values."""
-    return store_all_peak(cut.profile) + cut.side_bytes
+    """Bytes: the whole call's store-all peak for ``cut``: the chain's (the solver's one reference,
+    :func:`remat.solver.budget.reference_peak`) plus its side values."""
+    return reference_peak(cut.profile) + cut.side_bytes
 
 
 def _least_schedule(profile: ChainProfile) -> Schedule:

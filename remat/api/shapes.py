@@ -64,7 +64,7 @@ DP tables, and the proof's copies off the device (files). Where the device is th
 an address-space cap, as benchmarks/does_not_fit.py emulates a device's limit), that state comes
 out of the same memory. The solver's filled tables are O(stages**2 * slots) bytes (tens of MiB
 at 200 stages) and only speed up a later solve of the same profile, so they are dropped after
-each solve (:func:`remat.solver.chain.dp.cache.release_tables`; the minima, fronts and answers,
+each solve (:func:`remat.solver.chain.dp.cache.release_tables`; the minima and fronts,
 small, are kept). Measured on the residual MLP of 200 blocks (benchmarks/does_not_fit.py's
 resmlp row, budget 0.5, uncapped, one thread, ``MALLOC_MMAP_THRESHOLD_=32768``): VmSize above the
 call's start after the solve +95 MiB before, +58 MiB after; VmRSS +86 before, +44 after.

@@ -99,11 +99,7 @@ def __getattr__(name: str):  # the package's other names, imported when first us
         from remat.cli.parser import build_parser
 
         return build_parser
-    if name == "reference_peak":
-        from remat.solver.budget import reference_peak  # where it lives; the old path keeps working
-
-        return reference_peak
     raise AttributeError(f"module 'remat.cli' has no attribute {name!r}")
 
 
-__all__ = ["build_parser", "main", "reference_peak"]
+__all__ = ["build_parser", "main"]

@@ -56,7 +56,7 @@ from remat.rewrite.functions import saving_functions
 from remat.rewrite.inline import inline_checkpoints
 from remat.rewrite.nodes import module_path, mutates
 from remat.trace.boundary import storage_keys
-from remat.trace.capture import TrainingStep, first_tensor_index, reduce_output, trace
+from remat.trace.capture import TrainingStep, first_tensor_index, trace
 from remat.trace.positions import Plan, Source, plan
 from remat.trace.stage_errors import running_stage
 from remat.trace.stages import CutChain, CutStage, LeafCheck, leaf_check
@@ -130,6 +130,5 @@ __all__ = [
     "module_path",
     "mutates",
     "plan",
-    "reduce_output",
     "trace",
 ]
