@@ -103,12 +103,12 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-compiled-stages", action="store_true", help="skip remat.checkpoint(compile=True)")
     parser.add_argument("--clock", choices=("thread", "wall"), default="thread")
     common.add_out(parser, "compile_front", dest="output")
-    common.add_quick(parser, "GPT-2 of 1 layer, 16 tokens; torch.compile at 0.5, remat.compile at its least; 1 round")
+    common.add_quick(parser, "a 1-layer GPT-2; torch.compile at 0.5, remat.compile (times estimated) at its least")
     args = parser.parse_args(argv)
     if args.quick:
         args.models, args.layers, args.dim, args.seq, args.vocab, args.rounds = "gpt2", 1, 32, 16, 256, 1
         args.compile_budgets, args.remat_points, args.no_match, args.no_retry = "0.5", 1, True, True
-        args.no_stages = True
+        args.no_stages, args.times = True, "estimate"
     args.output = common.out_path(args, "compile_front", dest="output")
     return args
 
