@@ -8,9 +8,6 @@ takes (issue 22, "Cuts as fine as the model's blocks")."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -26,8 +23,7 @@ except ModuleNotFoundError:
     pass
 transformers = pytest.importorskip("transformers")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from real_models import hf_checkpointing  # noqa: E402  (benchmarks/real_models.py: the same baseline)
+from benchmarks.real_models import hf_checkpointing  # noqa: E402  (the same baseline)
 
 SEQ, VOCAB = 32, 500
 SEQ2SEQ = {"d_model": 64, "vocab_size": VOCAB}
