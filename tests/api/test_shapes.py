@@ -366,7 +366,10 @@ def test_a_torchvision_loop_with_two_image_sizes_and_a_ragged_last_batch():
     ragged last batch of 3 at each: every step's gradients equal to plain PyTorch's (BatchNorm in
     train mode). Traced after the example: at 32 pixels, general in the image size; at (3, 32),
     general in the batch too; at (3, 48), because the trace at 32 pixels assumed a size of at most
-    32 (its guard: the last feature map 1 x 1 there), general in both; that cut serves (4, 40)."""
+    32 (its guard: the last feature map 1 x 1 there), general in both; that cut serves (4, 40).
+    A cut whose least is above the example's budget runs at its least (over_budget='least'): what a
+    size needs depends on the CPU's convolution buffers (on an AVX2-only CPU (4, 32) needs more than
+    90% of (4, 48)'s store-all), and this test is about the cuts and gradients, not the budget."""
     from tests.api.test_real_models import tv_resnet50
 
     torch.manual_seed(0)
@@ -376,7 +379,9 @@ def test_a_torchvision_loop_with_two_image_sizes_and_a_ragged_last_batch():
     shapes = [(4, 48), (4, 32), (4, 48), (3, 32), (3, 48), (4, 40)]
     batches = [(torch.randn(b, 3, s, s, generator=generator), torch.randint(0, 10, (b,), generator=generator))
                for b, s in shapes]  # fmt: skip
-    wrapped = remat.checkpoint(model, batches[0][0], budget="90%", loss=loss, target=batches[0][1], repeats=1, warmup=0)
+    wrapped = remat.checkpoint(
+        model, batches[0][0], budget="90%", loss=loss, target=batches[0][1], repeats=1, warmup=0, over_budget="least"
+    )
     for k, (x, y) in enumerate(batches):
         model.zero_grad(set_to_none=True)
         loss(model(x), y).backward()
