@@ -271,6 +271,7 @@ def test_a_batch_the_model_cannot_take_is_one_line_and_the_loop_goes_on():
     assert wrapped.plan_for(**_tokens(2, 9)).cut.chain is wrapped.plan_for(**_tokens(2, 10)).cut.chain
 
 
+@pytest.mark.slow
 def test_a_general_cut_that_fails_its_second_proof_goes(monkeypatch):
     """Should a general cut not be equal to the model at a second size (the proof refuses it), that
     call is traced for its own sizes, the general cut is dropped, and later sizes are traced per size."""
@@ -296,6 +297,7 @@ def test_a_general_cut_that_fails_its_second_proof_goes(monkeypatch):
         assert wrapped.plan_for(**_tokens(2, length)).cut.chain.dynamic is None, length
 
 
+@pytest.mark.slow
 def test_a_cut_general_in_the_length_serves_new_lengths_untraced_and_exactly(monkeypatch):
     """After a second length, the cut is traced once more, general in the length (NOTE [Cuts
     general in a size]); it is proven on exactly one more length (proofs counted), every later
