@@ -150,8 +150,8 @@ def test_resnet18_graph_schedules_predict_the_allocator_within_0_12_percent(one_
     """The graph side judged like the chain side: a graph profile's overheads are the allocator's
     (kernel buffers included), so at store-all, Chen's greedy and the ILP at a tight budget the
     allocator's peak of the graph replay is the prediction within 0.12% (a few bytes: the loss scalar).
-    The budgets come from this machine's profile: its convolution buffers depend on the CPU (on an
-    AVX2-only one Chen's greedy needs 90% of store-all, here 79%), so no fraction fits every CPU."""
+    The budgets come from this machine's profile: its convolution buffers depend on the CPU (Chen's
+    greedy needs 79% of store-all with AVX-512 kernels, 90% with AVX2 ones), so no fraction fits all."""
     from remat.graph.profile import profile_graph
     from remat.replay.graph import GraphReplay, compare_graph
 
