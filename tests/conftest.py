@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 from hypothesis import settings
 
 from remat.schedules import ChainProfile, Stage
@@ -15,6 +16,17 @@ from remat.schedules import ChainProfile, Stage
 settings.register_profile("ci", derandomize=True)
 if os.environ.get("REMAT_HYPOTHESIS") == "ci":
     settings.load_profile("ci")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A pytest-xdist worker takes its share of the cores for torch's intra-op threads: with the
+    default (every core per worker) two workers on two cores run four OpenMP threads that spin while
+    they wait for each other: on a busy 2-core machine ResNet tests took 5 to 10 times the CPU time
+    (and 4 to 8 times the wall time) they take with one thread (issue 44)."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers:
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // int(workers)))
+
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

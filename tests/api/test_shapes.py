@@ -271,6 +271,7 @@ def test_a_batch_the_model_cannot_take_is_one_line_and_the_loop_goes_on():
     assert wrapped.plan_for(**_tokens(2, 9)).cut.chain is wrapped.plan_for(**_tokens(2, 10)).cut.chain
 
 
+@pytest.mark.slow
 def test_a_general_cut_that_fails_its_second_proof_goes(monkeypatch):
     """Should a general cut not be equal to the model at a second size (the proof refuses it), that
     call is traced for its own sizes, the general cut is dropped, and later sizes are traced per size."""
@@ -296,6 +297,7 @@ def test_a_general_cut_that_fails_its_second_proof_goes(monkeypatch):
         assert wrapped.plan_for(**_tokens(2, length)).cut.chain.dynamic is None, length
 
 
+@pytest.mark.slow
 def test_a_cut_general_in_the_length_serves_new_lengths_untraced_and_exactly(monkeypatch):
     """After a second length, the cut is traced once more, general in the length (NOTE [Cuts
     general in a size]); it is proven on exactly one more length (proofs counted), every later
@@ -366,7 +368,10 @@ def test_a_torchvision_loop_with_two_image_sizes_and_a_ragged_last_batch():
     ragged last batch of 3 at each: every step's gradients equal to plain PyTorch's (BatchNorm in
     train mode). Traced after the example: at 32 pixels, general in the image size; at (3, 32),
     general in the batch too; at (3, 48), because the trace at 32 pixels assumed a size of at most
-    32 (its guard: the last feature map 1 x 1 there), general in both; that cut serves (4, 40)."""
+    32 (its guard: the last feature map 1 x 1 there), general in both; that cut serves (4, 40).
+    A cut whose least is above the example's budget runs at its least (over_budget='least'): what a
+    size needs depends on the CPU's convolution buffers (on an AVX2-only CPU (4, 32) needs more than
+    90% of (4, 48)'s store-all), and this test is about the cuts and gradients, not the budget."""
     from tests.api.test_real_models import tv_resnet50
 
     torch.manual_seed(0)
@@ -376,7 +381,9 @@ def test_a_torchvision_loop_with_two_image_sizes_and_a_ragged_last_batch():
     shapes = [(4, 48), (4, 32), (4, 48), (3, 32), (3, 48), (4, 40)]
     batches = [(torch.randn(b, 3, s, s, generator=generator), torch.randint(0, 10, (b,), generator=generator))
                for b, s in shapes]  # fmt: skip
-    wrapped = remat.checkpoint(model, batches[0][0], budget="90%", loss=loss, target=batches[0][1], repeats=1, warmup=0)
+    wrapped = remat.checkpoint(
+        model, batches[0][0], budget="90%", loss=loss, target=batches[0][1], repeats=1, warmup=0, over_budget="least"
+    )
     for k, (x, y) in enumerate(batches):
         model.zero_grad(set_to_none=True)
         loss(model(x), y).backward()

@@ -281,6 +281,7 @@ def test_budget_below_the_least_is_one_line() -> None:
     assert "\n" not in message and "below the least" in message and "bytes" in message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("below", ["met", "refused, naming the measured least", "far below, refused at once"])
 def test_a_budget_below_the_least_simulated_is_measured_at_the_least(monkeypatch, below: str) -> None:
     """NOTE [A budget below the least simulated is measured at the least]: 10% below the least
@@ -360,6 +361,7 @@ def test_a_budget_below_the_least_simulated_is_met_where_the_compiled_step_fits(
     assert meter.peak_bytes <= budget
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("probed", ["fits and is faster", "peaks above", "fits but is slower"])
 def test_a_faster_plan_just_above_the_budget_is_measured_once(monkeypatch, probed: str) -> None:
     """NOTE [A faster plan just above the budget]: a step measured within the budget is followed
@@ -419,6 +421,7 @@ def _interleaved(order: list) -> list:
     return [x for r in range(TIMED_ROUNDS) for x in (order if r % 2 == 0 else order[::-1])]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rival", ["faster", "as fast", "slower", "above the budget"])
 def test_torch_compiles_own_partition_is_measured_beside_the_chosen_plan(monkeypatch, rival: str) -> None:
     """NOTE [torch.compile's own partition is measured beside remat's]: at a budget that admits

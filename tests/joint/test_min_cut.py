@@ -32,6 +32,7 @@ def _session(model: torch.nn.Module, x: torch.Tensor, budget: float | int, **opt
     return session
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("model", "x"),
     [(mlp(depth=4), torch.randn(64, 16)), (Block(), torch.randn(2, 8, 16))],

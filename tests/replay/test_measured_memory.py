@@ -18,7 +18,7 @@ from remat.cli import main
 from remat.profile.chain import check_profile_matches, profile_chain
 from remat.replay.chain import RematChain
 from remat.replay.report import compare, measure_steps
-from remat.schedules import RematError, load_profile, save_profile, simulate
+from remat.schedules import InfeasibleBudgetError, RematError, load_profile, save_profile, simulate
 from remat.solver import solve
 from remat.solver.chain.store_all import store_all_peak
 from remat.solver.common import make_schedule
@@ -149,7 +149,9 @@ def one_thread():
 def test_resnet18_graph_schedules_predict_the_allocator_within_0_12_percent(one_thread):
     """The graph side judged like the chain side: a graph profile's overheads are the allocator's
     (kernel buffers included), so at store-all, Chen's greedy and the ILP at a tight budget the
-    allocator's peak of the graph replay is the prediction within 0.12% (a few bytes: the loss scalar)."""
+    allocator's peak of the graph replay is the prediction within 0.12% (a few bytes: the loss scalar).
+    The budgets come from this machine's profile: its convolution buffers depend on the CPU (Chen's
+    greedy needs 79% of store-all with AVX-512 kernels, 90% with AVX2 ones), so no fraction fits all."""
     from remat.graph.profiler import profile_graph
     from remat.replay.graph import GraphReplay, compare_graph
 
@@ -157,11 +159,16 @@ def test_resnet18_graph_schedules_predict_the_allocator_within_0_12_percent(one_
     model = resnet18().train()
     x = torch.randn(4, 3, 64, 64)
     profile = profile_graph(model, example_inputs=x, name="resnet18-graph")
-    store_all = solve(profile, 2**62, "store-all").predicted.peak_memory
+    store_all = solve(profile, 2**62, "store-all")
+    with pytest.raises(InfeasibleBudgetError) as refused:
+        solve(profile, 0, "chen-greedy")
+    greedy_least = refused.value.min_budget  # exact: the smallest budget its sweep meets
+    assert refused.value.bound == "exact" and greedy_least < store_all.predicted.peak_memory
     schedules = [
-        solve(profile, 2**62, "store-all"),
-        solve(profile, int(0.8 * store_all), "chen-greedy"),
-        solve(profile, int(0.75 * store_all), "ilp", time_limit=5.0),
+        store_all,
+        solve(profile, (greedy_least + store_all.predicted.peak_memory) // 2, "chen-greedy"),
+        # at the greedy's least its sweep is a warm start, so the ILP answers however loaded the machine
+        solve(profile, greedy_least, "ilp", time_limit=5.0),
     ]
     for schedule in schedules:
         report = compare_graph(profile, schedule, GraphReplay(copy.deepcopy(model), schedule, profile), [x], steps=0)

@@ -26,6 +26,7 @@ chains = random_chains(small, times, st.one_of(st.just(0), st.integers(1, 80)), 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(chains, st.integers(1, 6), st.floats(0.0, 1.0))
 def test_schedule_valid_within_budget_and_never_beats_the_exact_flat_optimum(profile, block, fraction):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from itertools import accumulate
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +28,7 @@ def chains(max_length: int = 14):
     return random_chains(sizes, times, max_length=max_length)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(profile=chains(), data=st.data())
 def test_segment_costs_equal_the_simulator(profile, data):

@@ -20,6 +20,7 @@ sizes = st.one_of(st.just(0), st.integers(1, 1000), st.integers(10**6, 10**9))
 times = st.floats(0.0, 10.0, allow_nan=False, allow_infinity=False)
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_chains(sizes, times, max_length=40))
 def test_sequential_closed_form_per_count_equals_segment_costs(profile):

@@ -5,6 +5,7 @@ down to those of the front's lower tables."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +16,7 @@ _sizes = st.one_of(st.integers(0, 40), st.integers(1000, 5000), st.integers(10**
 _times = st.one_of(st.just(1.0), st.floats(0.01, 10.0, allow_nan=False))
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     profile=random_chains(_sizes, _times, max_length=40),
