@@ -187,6 +187,9 @@ _UNKNOWN_BLOCK = "Memory block of unknown size was allocated before the profilin
 @functools.cache
 def _spend_unknown_block_warning() -> None:
     """Make torch print NOTE [The profiler's unknown-block warning] once, into /dev/null (once per process)."""
+    # kineto reads its log level when its first session starts, and this is the first: set it here
+    # (see _switch_session), or every later session prints "profiler_start/stop" lines.
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     block = torch.empty(1)
     sys.stderr.flush()
     saved = os.dup(2)
