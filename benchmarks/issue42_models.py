@@ -428,6 +428,8 @@ def merge(partial: Path) -> None:
             update = {key: value for key, value in newer.pop(row["model"]).items() if value is not None}
             full["rows"][i] = {**row, **update, "rerun": part["machine"]}
     full["rows"] += [{**row, "rerun": part["machine"]} for row in newer.values()]
+    order = {name: i for i, name in enumerate(ARCHS)}  # the table's order, whatever ran first
+    full["rows"].sort(key=lambda row: order.get(row["model"], len(order)))
     path.write_text(json.dumps(full, indent=1, default=str) + "\n")
     write_doc(markdown(full["rows"]), full["header"])
     print(f"merged {partial} into {path} and the table in {real_models.DOC}")
