@@ -1,6 +1,6 @@
 """remat under bf16 autocast on models of docs/models.md: predicted vs the allocator, and exactness.
 
-    python benchmarks/autocast_models.py [--only gpt2,bert] [--fp16 gpt2]
+    python -m benchmarks.autocast_models [--only gpt2,bert] [--fp16 gpt2]
 
 Each model is cut under ``torch.autocast("cpu", dtype=torch.bfloat16)`` (``remat.checkpoint``
 called inside the region), then measured by ``.report()``, whose step is the loop torch's AMP
@@ -26,15 +26,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import cut_models  # benchmarks/cut_models.py (run from the repo root)
-import machine_info
-import real_models  # benchmarks/real_models.py: Case, the baselines, one-line failures
 import torch
 
 import remat
+from benchmarks import common, cut_models, real_models
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results" / "autocast_models.json"
 MODELS = ("gpt2", "llama", "bert", "torchvision-mobilenet_v3_large", "torchvision-vit_b_16", "timm-resnet50")
 
 
@@ -150,11 +147,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default=",".join(MODELS), help="comma-separated model names")
     parser.add_argument("--fp16", default="", help="a model to run under fp16 autocast with a GradScaler too")
+    common.add_quick(parser, "a GPT-2 of 2 layers of 32")
+    common.add_out(parser, "autocast_models")
     args = parser.parse_args()
+    if args.quick:
+        args.only = "gpt2"
     torch.set_num_threads(1)
     note = "shared 2-core machine (other sessions' jobs beside it); peaks are allocator bytes, not times"
-    machine = machine_info.machine(note)  # at the start: its load average is the run's
-    every = cut_models.models(real_models.IMAGE)
+    machine = common.machine(note)  # at the start: its load average is the run's
+    every = cut_models.quick_models() if args.quick else cut_models.models(real_models.IMAGE)
     rows = []
     for name in args.only.split(","):
         rows.append(real_models.attempt(lambda n=name: measure_model(n, every[n])) | {"model": name})
@@ -162,7 +163,7 @@ def main() -> None:
     if args.fp16:
         rows.append(fp16_row(args.fp16, every[args.fp16]) | {"model": args.fp16, "dtype": "torch.float16"})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    RESULTS.write_text(json.dumps({"machine": machine, "rows": rows}, indent=1) + "\n")
+    common.write_result({"machine": machine, "rows": rows}, common.out_path(args, "autocast_models"), indent=1)
     print(markdown(rows))
 
 

@@ -14,7 +14,7 @@ at batch 32, 3x224x224, float32:
    StorageTracker: measured peak vs the simulator's prediction;
 5. a depth sweep (50 .. 1,001 layers): optimal memory at +30% and at one extra forward pass vs n.
 
-    python benchmarks/chen2016.py [--reuse-profile] [--depths 50,101,...] [--slots 500]
+    python -m benchmarks.chen2016 [--reuse-profile] [--depths 50,101,...] [--slots 500]
 
 Writes benchmarks/results/chen2016.json, docs/chen2016_front.png, docs/chen2016_depth.png.
 Memory is the chain model's (DESIGN.md): activations, saved tensors, gradients of activations and
@@ -26,29 +26,25 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
-
-from remat.profile.chain import profile_chain  # noqa: E402
-from remat.profile.flops import FlopTimeEstimate, KindRate, measure_rates  # noqa: E402
-from remat.replay.chain import RematChain  # noqa: E402
-from remat.replay.report import measure_steps  # noqa: E402
-from remat.schedules import ChainProfile, Schedule, load_profile, save_profile, write_json  # noqa: E402
-from remat.solver import solve  # noqa: E402
-from remat.solver.chain.checkpoints import chain_checkpoints  # noqa: E402
-from remat.solver.chain.optimal import optimal_front, pareto_filter, plan, table_for  # noqa: E402
-from remat.solver.chain.store_all import store_all_peak  # noqa: E402
-from remat.solver.common import make_schedule  # noqa: E402
-from remat.solver.front import FrontPoint  # noqa: E402
-from remat.zoo.preact_resnet import PreActResNet, blocks_for_depth, preact_resnet  # noqa: E402
+from benchmarks import common
+from benchmarks.common import ROOT
+from remat.profile.chain import profile_chain
+from remat.profile.flops import FlopTimeEstimate, KindRate, measure_rates
+from remat.replay.chain import RematChain
+from remat.replay.report import measure_steps
+from remat.schedules import ChainProfile, Schedule, load_profile, save_profile, write_json
+from remat.solver import solve
+from remat.solver.chain.checkpoints import chain_checkpoints
+from remat.solver.chain.optimal import optimal_front, pareto_filter, plan, table_for
+from remat.solver.chain.store_all import store_all_peak
+from remat.solver.common import make_schedule
+from remat.solver.front import FrontPoint
+from remat.zoo.preact_resnet import PreActResNet, blocks_for_depth, preact_resnet
 
 PROFILE_PATH = ROOT / "examples" / "preact_resnet1001_b32.json"
 RESULTS_PATH = ROOT / "benchmarks" / "results" / "chen2016.json"
@@ -63,10 +59,6 @@ GB = 1e9  # the paper's "48G"/"7G"; decimal here, binary sizes are also in the J
 FINE_SLOT = 32 * 512 * 7 * 7 * 4 * 2
 FINE_SPAN = 1.5  # the fine front covers up to 1.5 x chen-sqrt's peak (the +30% and one-forward points lie below it)
 PAPER = {"store_all_gb": 48.0, "sqrt_gb": 7.0, "sqrt_overhead_percent": 30.0}
-
-
-def machine() -> dict:
-    return machine_info.machine("shared machine (2 cores, several sessions): measured rates are noisy")
 
 
 def measure_block_rates(repeats: int) -> dict:
@@ -511,7 +503,12 @@ def main() -> None:
         help="re-measure the backward_overhead of examples/preact_resnet1001_b32.json on meta (every "
         "other field kept) and stop",
     )
+    common.add_quick(parser, "depth 50 on meta with the stored profile's rates: the table and its depth row")
+    common.add_out(parser, "chen2016")
     args = parser.parse_args()
+    if args.quick:
+        quick_main(common.out_path(args, "chen2016"), args.slots)
+        return
     if args.resize_profile:
         old = load_profile(PROFILE_PATH)
         rates, measured = (kind_rates(old.metadata[key]) for key in ("rates_flop_per_ms", "measured_rates_per_kind"))
@@ -605,7 +602,7 @@ def main() -> None:
     write_json(
         {
             "benchmark": "chen2016",
-            "machine": machine(),
+            "machine": common.machine("shared machine (2 cores, several sessions): measured rates are noisy"),
             "model": {
                 "name": f"pre-activation bottleneck ResNet-{DEPTH}",
                 "blocks_per_stage": list(blocks_for_depth(DEPTH)),
@@ -629,9 +626,22 @@ def main() -> None:
             "depth_sweep": sweep,
             "timings_s": timings,
         },
-        RESULTS_PATH,
+        common.out_path(args, "chen2016"),
     )
-    print(f"wrote {RESULTS_PATH.relative_to(ROOT)}, {FRONT_PNG.relative_to(ROOT)}, {DEPTH_PNG.relative_to(ROOT)}")
+    print(f"wrote {common.out_path(args, 'chen2016')}, {FRONT_PNG.relative_to(ROOT)}, {DEPTH_PNG.relative_to(ROOT)}")
+
+
+def quick_main(out: Path, slots: int) -> None:
+    """The quick form: depth 50 on meta with the rates measured for the stored depth-1001 profile,
+    its table and depth row; no measurement, no meta replay, no plot."""
+    rates = kind_rates(load_profile(PROFILE_PATH).metadata["rates_flop_per_ms"])
+    profile = meta_profile(50, rates)
+    analysis = analyse(profile, slots)
+    print(fmt_table(analysis["rows"]))
+    sweep = depth_sweep([50], rates, {50: (profile, analysis)})
+    write_json({"benchmark": "chen2016", "quick": True, "machine": common.machine(), "n": analysis["n"],
+                "table": analysis["rows"], "depth_sweep": sweep}, out)  # fmt: skip
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

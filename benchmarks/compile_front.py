@@ -3,7 +3,7 @@ peak, step time) points of both, of remat's compiled stages, of eager ``remat.ch
 no checkpointing, on Hugging Face GPT-2 and Llama (8 layers) and torchvision's ResNet-50, on CPU,
 one thread, in one run.
 
-    PYTHONPATH=. python benchmarks/compile_front.py [--models gpt2,llama,resnet50] [--layers 8]
+    python -m benchmarks.compile_front [--models gpt2,llama,resnet50] [--layers 8]
        [--dim 128 --seq 128 --batch 2 --vocab 2048 --image 64 --image-batch 2] [--rounds 7]
 
 Per model, in this order: the eager model (no checkpointing); ``torch.compile`` (inductor) at
@@ -66,7 +66,8 @@ from typing import Any
 import torch
 from torch import nn
 
-RESULTS = Path(__file__).parent / "results" / "compile_front.json"
+from benchmarks import common
+
 CPU = torch.device("cpu")
 MODELS = ("gpt2", "llama", "resnet50")
 PEAK_TOLERANCE = 0.02  # issue 26: predicted peak within 2% of the allocator's
@@ -101,8 +102,15 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-stages", action="store_true", help="skip remat.checkpoint (eager and compiled)")
     parser.add_argument("--no-compiled-stages", action="store_true", help="skip remat.checkpoint(compile=True)")
     parser.add_argument("--clock", choices=("thread", "wall"), default="thread")
-    parser.add_argument("--output", type=Path, default=RESULTS)
-    return parser.parse_args(argv)
+    common.add_out(parser, "compile_front", dest="output")
+    common.add_quick(parser, "a 1-layer GPT-2; torch.compile at 0.5, remat.compile (times estimated) at its least")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.models, args.layers, args.dim, args.seq, args.vocab, args.rounds = "gpt2", 1, 32, 16, 256, 1
+        args.compile_budgets, args.remat_points, args.no_match, args.no_retry = "0.5", 1, True, True
+        args.no_stages, args.times = True, "estimate"
+    args.output = common.out_path(args, "compile_front", dest="output")
+    return args
 
 
 class WithLoss(nn.Module):
@@ -519,7 +527,8 @@ def summary(name: str, verdict: dict[str, Any]) -> str:
 def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """Every point of one model, measured and timed together; its rows and targets."""
     import torch._dynamo.utils
-    from gpt2_compare import time_rounds  # benchmarks/gpt2_compare.py: the same interleaved rounds
+
+    from benchmarks.gpt2_compare import time_rounds
 
     began = time.monotonic()
     case = build(name, args)
@@ -556,8 +565,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> None:
-    import machine_info  # benchmarks/machine_info.py: run as a script from the repo root
-    from gpt2_compare import clock
+    from benchmarks.gpt2_compare import clock
 
     args = arguments()
     names = [n.strip() for n in args.models.split(",") if n.strip()]
@@ -568,7 +576,7 @@ def main() -> None:
     import torch._inductor.config as inductor_config
 
     inductor_config.compile_threads = 1  # inductor compiles in this process, on this thread
-    machine = machine_info.machine("shared 2-core machine: times are noisy; ratios within a model's rounds")
+    machine = common.machine("shared 2-core machine: times are noisy; ratios within a model's rounds")
     began = time.monotonic()
     results: dict[str, Any] = {}
     with clock(args.clock):

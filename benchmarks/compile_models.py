@@ -21,7 +21,7 @@ draw other masks compiled than eager, so there remat.compile is held to torch.co
 torch.compile's own (max abs difference) are close too: inductor's usual distance from eager on
 that model (``grads_verdict``).
 
-    PYTHONPATH=. python benchmarks/compile_models.py [--only gpt2,bert] [--budget 0.5]
+    python -m benchmarks.compile_models [--only gpt2,bert] [--budget 0.5]
 
 A full run writes benchmarks/results/compile_models.json (with the machine); ``--only`` writes
 compile_models_partial.json. The table goes to stdout (docs/compile.md shows the last full run).
@@ -33,15 +33,14 @@ import argparse
 import json
 import re
 import time
-from pathlib import Path
 from typing import Any
 
-import compile_front as cf  # benchmarks/compile_front.py: Case, WithLoss, one_line (run from the repo root)
-import cut_models  # benchmarks/cut_models.py: the twenty models' configs and inputs
-import machine_info  # noqa: E402
 import torch
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from benchmarks import common, cut_models
+from benchmarks import compile_front as cf
+
+QUICK = "gpt2"  # --quick: cut_models.quick_models()
 IMAGE = 64
 TARGET = torch.tensor([1, 7])  # the image models' class targets (batch 2)
 TOL = {"rtol": 1e-4, "atol": 1e-5}  # tests/joint/test_compile.py's, per element
@@ -251,21 +250,25 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated model names (benchmarks/cut_models.py)")
     parser.add_argument("--budget", type=float, default=0.5, help="remat.compile's budget, a fraction of store-all")
     parser.add_argument("--threads", type=int, default=1)
+    common.add_quick(parser, "a GPT-2 of 2 layers of 32")
+    common.add_out(parser, "compile_models")
     args = parser.parse_args()
+    if args.quick:
+        args.only = QUICK
     if not 0 < args.budget <= 1:
         raise SystemExit(f"--budget: {args.budget} is not a fraction in (0, 1]")
     from remat.models.compat import import_torchvision
 
     import_torchvision()
     torch.set_num_threads(args.threads)
-    entries = cut_models.models(IMAGE)
+    entries = cut_models.quick_models() if args.quick else cut_models.models(IMAGE)
     chosen = [n for n in args.only.split(",") if n] or list(entries)
     unknown = [n for n in chosen if n not in entries]
     if unknown:
         raise SystemExit(f"--only: unknown model(s) {', '.join(unknown)}; choose from {', '.join(entries)}")
-    out = RESULTS / ("compile_models_partial.json" if args.only else "compile_models.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    machine = machine_info.machine("shared 2-core machine, one thread")
+    # a run of some models is not the result: compile_models_partial.json (git ignores it)
+    out = common.out_path(args, "compile_models_partial" if args.only else "compile_models")
+    machine = common.machine("shared 2-core machine, one thread")
     begin, rows = time.monotonic(), []
     for name in chosen:
         start = time.monotonic()
@@ -274,6 +277,7 @@ def main() -> None:
         # written after every model: a run stopped early keeps what it measured
         payload = {"machine": machine, "budget": args.budget, "complete": len(rows) == len(chosen),
                    "wall_s": time.monotonic() - begin, "summary": summary(rows), "rows": rows}  # fmt: skip
+        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(payload, indent=2) + "\n")
     print(table(rows))
     print(summary(rows))

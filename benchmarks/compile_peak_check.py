@@ -7,20 +7,18 @@ and allocated the gradients (``prepare_grads``), as the tests do. Prints one lin
 model, budget, predicted, measured (bytes) and measured / predicted - 1; writes the points with the
 machine to benchmarks/results/compile_peak_check.json.
 
-    PYTHONPATH=. python benchmarks/compile_peak_check.py [conv llama resnet18] [--times estimate]
+    python -m benchmarks.compile_peak_check [conv llama resnet18] [--times estimate]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
-import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
 import torch
 from torch import nn
 
 import remat
+from benchmarks import common
 from remat.measure.allocator import AllocatorMeter
 from remat.replay.report import prepare_grads
 from remat.schedules import RematError
@@ -61,7 +59,6 @@ def llama() -> tuple[nn.Module, tuple, dict]:
 
 
 MODELS = {"conv": conv_bn, "resnet18": resnet18, "llama": llama}
-RESULTS = Path(__file__).resolve().parent / "results" / "compile_peak_check.json"
 
 
 def step(compiled: nn.Module, args: tuple, kwargs: dict) -> None:
@@ -86,12 +83,17 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("models", nargs="*", default=list(MODELS))
     parser.add_argument("--times", default="estimate")
+    common.add_quick(parser, "the conv model at its least only")
+    common.add_out(parser, "compile_peak_check")
     options = parser.parse_args()
+    if options.quick:
+        options.models = ["conv"]
     points = []
     for name in options.models:
         _, _, (least, top) = measure(name, 1.0, options.times)
         print(f"{name}: least {least} store-all {top}", flush=True)
-        for label, budget in (("store-all", 1.0), ("mid", (least + top) // 2), ("least", least)):
+        every = (("store-all", 1.0), ("mid", (least + top) // 2), ("least", least))
+        for label, budget in every[2:] if options.quick else every:
             try:
                 compiled, peak, _ = measure(name, budget, options.times)
             except RematError as error:  # a budget the compiled step cannot meet: refused
@@ -107,10 +109,8 @@ def main() -> None:
             )
             points.append({"model": name, "point": label, "budget": budget, "predicted": predicted,
                            "simulated": simulated, "measured": peak})  # fmt: skip
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"machine": machine_info.machine(), "times": options.times, "points": points},
-                                  indent=2) + "\n")  # fmt: skip
-    print(f"wrote {RESULTS}")
+    data = {"machine": common.machine(), "times": options.times, "points": points}
+    common.write_result(data, common.out_path(options, "compile_peak_check"))
 
 
 if __name__ == "__main__":

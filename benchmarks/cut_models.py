@@ -1,6 +1,6 @@
 """Stages that the traced cut finds on library models built from configs, and the proof's verdict.
 
-    python benchmarks/cut_models.py [--only gpt2,llama] [--image 64] [--train]
+    python -m benchmarks.cut_models [--only gpt2,llama] [--image 64] [--train]
 
 For each model (random weights, batch 2): trace + cut + proof (remat.trace.proof.cut_model),
 then the stage names. With ``--train``, also one step through ``remat.checkpoint`` at 50% of the
@@ -8,7 +8,7 @@ store-all budget (or the least budget the DP meets, if more): fp32 gradients ``t
 the plain step's, and under bf16 autocast the max-abs difference of loss and gradients from
 plain autocast training next to that of per-block ``torch.utils.checkpoint`` (non-reentrant,
 around each module the cut names). Prints a table and writes benchmarks/results/cut_models.json
-(cut_models_train.json with ``--train``) with the machine it ran on. Times are wall-clock seconds
+(``--train``: under its key ``train``) with the machine it ran on. Times are wall-clock seconds
 of the trace, cut and proof together (noisy on a shared machine; they say how long a user
 waits, not how fast anything trains).
 """
@@ -18,21 +18,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import json
 import time
 from pathlib import Path
 
-import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
 import torch
 import torch.utils.checkpoint
 from torch import nn
 
 import remat
+from benchmarks import common
 from remat.models.hub import build_library_model
 from remat.schedules import RematError
 from remat.trace.proof import cut_model
 
-RESULTS = Path(__file__).resolve().parent / "results" / "cut_models.json"
 SEQ = 128
 
 
@@ -123,10 +121,6 @@ def issue10_models(image: int) -> dict[str, tuple[str, dict, object, bool]]:
         "torchvision-vit_b_16": ("torchvision:vit_b_16", {"image_size": image}, x, True),
         "timm-resnet50": ("timm:resnet50", {}, x, True),
     }
-
-
-def machine() -> dict:
-    return machine_info.machine()
 
 
 def run_one(spec: str, config: dict, inputs: object, image_model: bool) -> dict:
@@ -220,7 +214,14 @@ def train_one(spec: str, config: dict, inputs: object, image_model: bool) -> dic
             "bf16_differs_from_fp32": not all(map(torch.equal, fp32, bf16))}  # fmt: skip
 
 
-def main_train(table: dict, chosen: list[str], image: int) -> None:
+def quick_models() -> dict[str, tuple[str, dict, object, bool]]:
+    """The quick form's model: real_models.py's tiny GPT-2 (2 layers of 32, 8 tokens)."""
+    from benchmarks.real_models import quick_models as tiny
+
+    return {"gpt2": tiny()["gpt2"]}
+
+
+def main_train(table: dict, chosen: list[str], image: int, out: Path) -> None:
     rows = {}
     print(f"{'model':<32} {'fp32 equal':>10}  {'bf16 remat':>10}  {'bf16 ckpt':>10}  recomputed forwards")
     for name in chosen:
@@ -231,10 +232,9 @@ def main_train(table: dict, chosen: list[str], image: int) -> None:
         else:
             print(f"{name:<32} {str(row['fp32_equal']):>10}  {row['bf16_remat_max_abs']:>10.3g}  "
                   f"{row['bf16_checkpoint_max_abs']:>10.3g}  {row['recomputing_forwards']}", flush=True)  # fmt: skip
-        out = RESULTS.with_name("cut_models_train.json")  # after each model: a long run keeps what it did
-        out.write_text(json.dumps({"machine": machine(), "batch": 2, "seq": SEQ, "image": image, "budget": "50%",
-                                   "models": rows}, indent=2) + "\n")  # fmt: skip
-    print(f"wrote {RESULTS.with_name('cut_models_train.json')}")
+        # into the result's "train", after each model: a long run keeps what it did
+        train = {"machine": common.machine(), "batch": 2, "seq": SEQ, "image": image, "budget": "50%", "models": rows}
+        common.update_result(out, "train", train)
 
 
 def main() -> None:
@@ -242,11 +242,13 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated model names")
     parser.add_argument("--image", type=int, default=64, help="image side for the vision models")
     parser.add_argument("--train", action="store_true", help="fp32 and bf16 steps through remat.checkpoint")
+    common.add_quick(parser, "a GPT-2 of 2 layers of 32 (real_models.quick_models)")
+    common.add_out(parser, "cut_models")
     args = parser.parse_args()
-    table = models(args.image)
+    table = quick_models() if args.quick else models(args.image)
     chosen = args.only.split(",") if args.only else list(table)
     if args.train:
-        main_train(table, chosen, args.image)
+        main_train(table, chosen, args.image, common.out_path(args, "cut_models"))
         return
     rows = {}
     print(f"{'model':<32} {'stages':>6}  {'proven':>6}  {'cut+proof s':>11}  first stages")
@@ -256,10 +258,8 @@ def main() -> None:
         names = ", ".join(row.get("names", [])[:4]) + (" ..." if row.get("stages", 0) > 4 else "")
         print(f"{name:<32} {row.get('stages', '-'):>6}  {str(row['proven_equal']):>6}  "
               f"{row.get('cut_and_proof_s', '-'):>11}  {names or row.get('error', '')}")  # fmt: skip
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"machine": machine(), "batch": 2, "seq": SEQ, "image": args.image,
-                                   "models": rows}, indent=2) + "\n")  # fmt: skip
-    print(f"wrote {RESULTS}")
+    data = {"machine": common.machine(), "batch": 2, "seq": SEQ, "image": args.image, "models": rows}
+    common.write_result(data, common.out_path(args, "cut_models"), keep=("train",))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The step that does not fit: ``remat.checkpoint`` trains it under a memory cap (issue 45).
 
-    PYTHONPATH=. python benchmarks/does_not_fit.py [--quick] [--only llama,lstm] [--out PATH] [--slack MiB]
+    python -m benchmarks.does_not_fit [--quick] [--only llama,lstm] [--out PATH] [--slack MiB]
 
 A device's memory limit is emulated on the CPU with an address-space cap in a child process
 (``resource.setrlimit(RLIMIT_AS, cap)``: past it torch's allocator raises "can't allocate memory").
@@ -62,6 +62,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from benchmarks import common
 
 MiB = 2**20
 STEPS = 3  # AdamW steps compared with the uncapped plain model's
@@ -539,8 +541,8 @@ def run_child(role: str, row: str, quick: bool, work: Path, timeout: float, **ex
     out = work / f"{role}_{extra.get('budget', '')}.json"
     out.unlink(missing_ok=True)
     spec = {"role": role, "row": row, "quick": quick, "work": str(work), "out": str(out), **extra}
-    env = {**os.environ, **CHILD_ENV, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'benchmarks'}"}
-    command = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)]
+    env = {**os.environ, **CHILD_ENV, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "benchmarks.does_not_fit", "--child", json.dumps(spec)]
     begin = time.perf_counter()
     try:
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
@@ -723,9 +725,9 @@ def markdown(rows: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--quick", action="store_true", help="tiny sizes (under a minute a row)")
+    common.add_quick(parser, "tiny sizes (under a minute a row)")
+    common.add_out(parser, "does_not_fit")
     parser.add_argument("--only", help=f"comma-separated rows of {', '.join(ROWS)}")
-    parser.add_argument("--out", type=Path, help="write the rows and the machine as JSON here")
     parser.add_argument(
         "--slack",
         type=float,
@@ -756,13 +758,8 @@ def main() -> None:
         )
         print(f"{name}: {rows[-1]['verdict']} ({rows[-1]['seconds']} s)", flush=True)
     print(markdown(rows))
-    if args.out:
-        import machine_info  # benchmarks/machine_info.py
-
-        machine = machine_info.machine(note="shared 2-core machine; children run on 1 thread")
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"machine": machine, "quick": args.quick, "rows": rows}, indent=2) + "\n")
-        print(f"wrote {args.out}")
+    machine = common.machine(note="shared 2-core machine; children run on 1 thread")
+    common.write_result({"machine": machine, "quick": args.quick, "rows": rows}, common.out_path(args, "does_not_fit"))
 
 
 if __name__ == "__main__":

@@ -21,25 +21,23 @@ time of remat and of plain PyTorch on the same batch (interleaved, every ``--pla
 step), and the worst allocator peak against its prediction and the budget. Writes
 benchmarks/results/dynamic_shapes.json with the machine.
 
-    PYTHONPATH=. python benchmarks/dynamic_shapes.py [--models gpt2 llama bert resnet50]
+    python -m benchmarks.dynamic_shapes [--models gpt2 llama bert resnet50]
         [--steps 200] [--image-steps 40] [--layers 8] [--hidden 64] [--lengths 16,512] [--budget 0.5]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
-import machine_info  # benchmarks/machine_info.py: run as a script from the repo root
 import torch
-from real_models import hf_checkpointing  # benchmarks/real_models.py: HF's per-layer checkpointing
 
 import remat
+from benchmarks import common
+from benchmarks.real_models import hf_checkpointing
 from remat.measure.allocator import AllocatorMeter
 from remat.models.hub import build_library_model
 from remat.replay.report import prepare_grads
@@ -275,8 +273,11 @@ def main() -> None:
     )
     parser.add_argument("--plain-every", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="benchmarks/results/dynamic_shapes.json")
+    common.add_out(parser, "dynamic_shapes")
+    common.add_quick(parser, "GPT-2 of 2 layers, 6 steps of 16 to 64 tokens")
     args = parser.parse_args()
+    if args.quick:
+        args.models, args.steps, args.layers, args.lengths = ["gpt2"], 6, 2, (16, 64)
     torch.set_num_threads(1)
     results = []
     for name in args.models:
@@ -284,8 +285,9 @@ def main() -> None:
         results.append(result)
         print(table([result]).splitlines()[-1], flush=True)
     print(table(results))
-    Path(args.out).write_text(json.dumps({"machine": machine_info.machine(), "args": vars(args), "results": results},
-                                         indent=1, default=str))  # fmt: skip
+    out = common.out_path(args, "dynamic_shapes")
+    data = {"machine": common.machine(), "args": vars(args), "results": results}
+    common.write_result(data, out, indent=1, default=str)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ alike; load only ever adds time). Ratios are checkpoint_sequential time / remat 
 The allocator meter counts checkpoint_sequential's RNG snapshots (5,056 bytes per segment) in its
 peak but sets remat's own apart (they are made inside ``untracked()``): a few KiB in remat's favour.
 
-    python benchmarks/executor_overhead.py [--model cnn|mlp|transformer] [--steps 7] [--device cpu]
+    python -m benchmarks.executor_overhead [--model cnn|mlp|transformer] [--steps 7] [--device cpu]
 
 Writes benchmarks/results/executor_overhead.json (with the machine it ran on).
 """
@@ -18,15 +18,11 @@ Writes benchmarks/results/executor_overhead.json (with the machine it ran on).
 from __future__ import annotations
 
 import argparse
-import json
-import time
-from pathlib import Path
 
-import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
 import torch
 from torch.utils.checkpoint import checkpoint_sequential
 
-from remat.measure.allocator import AllocatorMeter
+from benchmarks import common
 from remat.measure.memory import allocation_size, untracked
 from remat.profile.chain import profile_chain
 from remat.replay.chain import RematChain
@@ -44,10 +40,6 @@ MODELS = {
 }
 
 
-def machine() -> dict:
-    return machine_info.machine()
-
-
 def one_step(forward, params_owner, x, weight) -> None:
     prepare_grads(params_owner)
     out = forward(x)
@@ -60,23 +52,14 @@ def peak_of(forward, params_owner, x, weight, device) -> int:
     """Peak activation bytes of one step (simulator accounting: + the input)."""
     one_step(forward, params_owner, x, weight)  # warm-up
     prepare_grads(params_owner)
-    with AllocatorMeter(device) as meter:
+
+    def step() -> None:
         out = forward(x)
         loss = (out * weight).sum()
         del out
         loss.backward()
-        del loss
-    return meter.peak_bytes + allocation_size(x.untyped_storage().nbytes(), device)
 
-
-def timed(forward, params_owner, x, weight, device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    begin = time.perf_counter()
-    one_step(forward, params_owner, x, weight)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return (time.perf_counter() - begin) * 1000.0
+    return common.step_peak(step, device) + allocation_size(x.untyped_storage().nbytes(), device)
 
 
 def main() -> None:
@@ -87,8 +70,11 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=int, default=1, help="torch CPU threads (default 1: steadier on a shared CPU)"
     )
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "executor_overhead.json"))
+    common.add_out(parser, "executor_overhead")
+    common.add_quick(parser, "the MLP, one timed step per configuration")
     args = parser.parse_args()
+    if args.quick:
+        args.model, args.steps = "mlp", 1
     device = torch.device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -126,11 +112,12 @@ def main() -> None:
             continue
         wrapped = RematChain(chain, schedule, profile)
         remat_peak = peak_of(wrapped, wrapped, x, weight, device)
-        ckpt_times, remat_times = [], []
-        for _ in range(args.steps):  # interleaved
-            ckpt_times.append(timed(ckpt_forward, seq, x, weight, device))
-            remat_times.append(timed(wrapped, wrapped, x, weight, device))
-        ckpt_ms, remat_ms = min(ckpt_times), min(remat_times)
+        steps = {
+            "ckpt": lambda f=ckpt_forward: one_step(f, seq, x, weight),
+            "remat": lambda w=wrapped: one_step(w, w, x, weight),
+        }
+        times = common.interleaved(steps, args.steps, device)
+        ckpt_ms, remat_ms = min(times["ckpt"]), min(times["remat"])
         row = {
             "segments": segments,
             "ckpt_peak": ckpt_peak,
@@ -163,13 +150,11 @@ def main() -> None:
         "stages": n,
         "device": str(device),
         "steps": args.steps,
-        "machine": machine(),
+        "machine": common.machine(),
         "rows": rows,
         "note": "times are the fastest of interleaved steps on a shared machine; treat small differences as noise",
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
-    print(f"wrote {args.out}")
+    common.write_result(result, common.out_path(args, "executor_overhead"))
 
 
 if __name__ == "__main__":

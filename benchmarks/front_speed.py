@@ -14,7 +14,7 @@ runs, in the same run and each in its own subprocess:
 From the CSV it checks the acceptance items: the front's least memory is at most every
 baseline's, and every baseline point is dominated by an optimal point (one with no more memory
 and no more time). Wall-clock and CPU seconds are both printed (CPU is the steadier guide on a
-shared machine). Usage: ``python benchmarks/front_speed.py [--sizes 100,400,1000] [--seed 0]
+shared machine). Usage: ``python -m benchmarks.front_speed [--sizes 100,400,1000] [--seed 0]
 [--repeats 5]`` (chains up to 400 stages run the whole command ``--repeats`` times and show the
 median); prints a table and writes benchmarks/results/front_speed.json with the machine it ran on.
 ``--lstm-only`` adds issue 11's resolution case (:func:`lstm_resolution`, needs torch) to that file.
@@ -26,8 +26,8 @@ the blocked DP's loss against the flat DP on a 1,000-stage chain where both run 
 budgets and over the whole front, for blocks of ceil(n / 200) = 5 stages and of 50, the block
 length used at 10,000 stages), and ``--rss 100000`` every chain strategy's whole ``solve``
 command on a 100,000-stage chain: exit status, seconds, peak RSS and its one-line refusal when
-it refuses, plus ``remat simulate`` of a 100,000-stage schedule. ``--long`` writes those to
-benchmarks/results/front_speed_long.json (with the machine and a baseline: the whole
+it refuses, plus ``remat simulate`` of a 100,000-stage schedule. ``--long`` writes those under
+the key ``long`` of benchmarks/results/front_speed.json (with the machine and a baseline: the whole
 ``store-all`` command on the same chain, timed in the same run).
 """
 
@@ -46,13 +46,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from solver_speed import machine  # noqa: E402
-
-from remat.schedules import save_profile  # noqa: E402
+from benchmarks import common
+from benchmarks.common import ROOT
+from remat.schedules import save_profile
 
 
 def random_chain(n: int, seed: int):
@@ -192,7 +188,7 @@ def run_size(n: int, seed: int, work: Path, repeats: int = 1) -> dict:
     row |= {"solve_s": solved["seconds"], "solve_rss_mib": solved.get("rss_mib"), "solve_status": solved["status"]}
     row |= {"pareto_rss_mib": pareto_rss.get("rss_mib"), "pareto_rss_run_s": pareto_rss["seconds"]}
     for part in ("front", "phases"):
-        _, _, out = _timed([sys.executable, __file__, "--part", part, "--path", str(path)])
+        _, _, out = _timed([sys.executable, "-m", "benchmarks.front_speed", "--part", part, "--path", str(path)])
         row.update(json.loads(out.strip().splitlines()[-1]))
     row.update(check_front(str(table)))
     return row
@@ -298,8 +294,8 @@ def rss_at(n: int, seed: int, work: Path) -> dict:
 
 
 def long_main(args: argparse.Namespace) -> int:
-    """``--long``: the loss at ``--loss`` stages and the 100k RSS table, into front_speed_long.json."""
-    info = machine()
+    """``--long``: the loss at ``--loss`` stages and the 100k RSS table, into the result's ``long``."""
+    info = common.machine("shared machine: other jobs were running; times are wall-clock and noisy")
     results: dict = {"benchmark": "front_speed (long chains)", "machine": info}
     with tempfile.TemporaryDirectory() as work:
         if args.loss:
@@ -318,10 +314,7 @@ def long_main(args: argparse.Namespace) -> int:
             )
             results["rss"] = rss_at(args.rss, args.seed, Path(work))
     info["load_average_at_end"] = list(os.getloadavg())
-    out = Path(args.output).with_name("front_speed_long.json")
-    with open(out, "w") as handle:
-        json.dump(results, handle, indent=1)
-    print(f"wrote {out}")
+    common.update_result(args.output, "long", results, indent=1)
     return 0
 
 
@@ -330,8 +323,7 @@ def lstm_resolution() -> dict:
     4 steps (250 stages, a freshly profiled block), least memory whose fastest schedule is within
     one extra forward: by bisection with ``solve`` at the default 500 slots, and from the front
     alone (what ``solve`` returned before it also used the budget's own table)."""
-    import lstm_chen2016 as lstm
-
+    from benchmarks import lstm_chen2016 as lstm
     from remat.solver.chain.optimal import DEFAULT_SLOTS, optimal_front
 
     chain = lstm.chain_of(lstm.stage_profile(4), 250)
@@ -360,26 +352,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="runs of the whole command per size (median shown)")
     parser.add_argument("--part", choices=("front", "phases"), help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
-    parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "front_speed.json"))
+    common.add_out(parser, "front_speed", dest="output")
+    common.add_quick(parser, "100 stages, one run")
     parser.add_argument("--lstm-only", action="store_true", help="add the LSTM resolution case to the results file")
     parser.add_argument("--long", action="store_true", help="the long-chain checks only (--loss, --rss)")
     parser.add_argument("--loss", type=int, default=0, help="with --long: stages of the blocked-vs-flat comparison")
     parser.add_argument("--rss", type=int, default=0, help="with --long: stages of every strategy's RSS check")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.sizes, args.repeats = "100", 1
+    args.output = common.out_path(args, "front_speed", dest="output")
     if args.lstm_only:
-        with open(args.output) as handle:
-            results = json.load(handle)
-        results["lstm_resolution"] = lstm_resolution() | {"load_average": list(os.getloadavg())}
-        print(json.dumps(results["lstm_resolution"], indent=1))
-        with open(args.output, "w") as handle:
-            json.dump(results, handle, indent=1)
+        resolution = lstm_resolution() | {"load_average": list(os.getloadavg())}
+        print(json.dumps(resolution, indent=1))
+        common.update_result(args.output, "lstm_resolution", resolution, indent=1)
         return 0
     if args.long:
         return long_main(args)
     if args.part:
         print(json.dumps((part_front if args.part == "front" else part_phases)(args.path)))
         return 0
-    info = machine()
+    info = common.machine("shared machine: other jobs were running; times are wall-clock and noisy")
     header = (
         f"{'stages':>6} {'base s':>7} {'solve s':>8} {'RSS MiB':>8} {'pareto s':>9} {'(cpu)':>7} {'RSS MiB':>8} "
         f"{'DP front s':>10} {'(cpu)':>7} "
@@ -407,10 +400,8 @@ def main(argv: list[str] | None = None) -> int:
             phases = ", ".join(f"{k} {v:.2f}" for k, v in row["phases_cpu_s"].items())
             print(f"       CPU s by phase: {phases}")
     info["load_average_at_end"] = list(os.getloadavg())
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    with open(args.output, "w") as handle:
-        json.dump({"benchmark": "front_speed", "machine": info, "results": rows}, handle, indent=1)
-    print(f"wrote {args.output}")
+    data = {"benchmark": "front_speed", "machine": info, "results": rows}
+    common.write_result(data, args.output, indent=1, keep=("lstm_resolution", "long"))
     return 0
 
 

@@ -1,7 +1,7 @@
 """remat's single- and multi-option DP fronts on a real GPT-2, side by side with no checkpointing,
 Hugging Face's per-block checkpointing and ``torch.compile``'s ``activation_memory_budget``.
 
-    PYTHONPATH=. python benchmarks/gpt2_compare.py [--layers 8 --dim 256 --seq 256 --batch 4]
+    python -m benchmarks.gpt2_compare [--layers 8 --dim 256 --seq 256 --batch 4]
        [--rounds 7] [--no-compile]
 
 The model is transformers' ``GPT2LMHeadModel`` from a config (issue 12: 8 layers, n_embd 256, 4
@@ -46,12 +46,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import machine_info  # benchmarks/machine_info.py: run as a script from the repo root
 import numpy as np
 import torch
 import torch._dynamo.utils
-from real_models import hf_checkpointing  # benchmarks/real_models.py: the same HF baseline
 
+from benchmarks import common
+from benchmarks.real_models import hf_checkpointing
 from remat.models.hub import build_library_model
 from remat.profile.chain import profile_chain
 from remat.replay.chain import RematChain
@@ -63,7 +63,6 @@ from remat.solver.chain.optimal import optimal_front
 from remat.solver.chain.store_all import store_all_peak
 from remat.trace.proof import cut_model
 
-RESULTS = Path(__file__).parent / "results" / "gpt2_compare.json"
 CPU = torch.device("cpu")
 PEAK_TOLERANCE = 0.02  # issue 12: measured vs predicted peak of schedules with middle options
 Step = Callable[[], torch.Tensor]
@@ -87,8 +86,15 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (minutes per budget)")
     parser.add_argument("--no-compiled-stages", action="store_true", help="skip remat's compiled-stage rows")
     parser.add_argument("--clock", choices=("thread", "wall"), default="thread", help="see the module doc")
-    parser.add_argument("--output", type=Path, default=RESULTS)
-    return parser.parse_args(argv)
+    common.add_out(parser, "gpt2_compare", dest="output")
+    common.add_quick(parser, "2 layers of 64, 32 tokens, 1 round, no torch.compile")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.layers, args.dim, args.seq, args.batch, args.vocab = 2, 64, 32, 1, 256
+        args.repeats, args.rounds, args.budgets, args.option_points = 1, 1, "1.0,0.5", 0
+        args.no_compile = args.no_compiled_stages = True
+    args.output = common.out_path(args, "gpt2_compare", dest="output")
+    return args
 
 
 @contextlib.contextmanager
@@ -458,10 +464,8 @@ def main() -> None:
     print(json.dumps(result["targets"], indent=1))
     print(f"same schedule, different rows: {result['identical_schedules']}")
     print(f"rockmate: {result['rockmate']['reason']}")
-    result["machine"] = machine_info.machine("shared 2-core machine: times are noisy; ratios within the run")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.output}")
+    result["machine"] = common.machine("shared 2-core machine: times are noisy; ratios within the run")
+    common.write_result(result, args.output, indent=1)
 
 
 if __name__ == "__main__":

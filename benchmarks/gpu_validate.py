@@ -9,7 +9,7 @@ total from torch.profiler memory events); the live-tensor tracker's peak is prin
 ("tensors": what a tensor count sees, without kernel workspaces). ``resnet18`` is torchvision's
 ResNet-18 layout, whose convolutions allocate workspaces inside the kernels.
 
-Graphs: for each model, its forward+backward graph (remat.graph.profile: times
+Graphs: for each model, its forward+backward graph (remat.graph.profiler: times
 measured on the device, each node's transient the allocator's peak during one run of it), then
 ``store-all`` at 100% and ``chen-greedy``, ``lp-rounding`` and ``ilp`` (time-limited,
 warm-started) at 85% and 75% of the store-all peak (a strategy that cannot meet a budget is
@@ -19,8 +19,8 @@ op), the live-tensor peak beside it.
 
 Sized to finish in well under 8 minutes on one H100/H200; ``--device cpu`` uses small sizes.
 
-    python benchmarks/gpu_validate.py                 # CUDA, large sizes
-    python benchmarks/gpu_validate.py --device cpu    # CPU, small sizes (a minute or two)
+    python -m benchmarks.gpu_validate                 # CUDA, large sizes
+    python -m benchmarks.gpu_validate --device cpu    # CPU, small sizes (a minute or two)
 
 Writes benchmarks/results/gpu_validate[_cpu].json with the machine it ran on.
 """
@@ -29,28 +29,21 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-# this checkout's remat, not an installed one (python benchmarks/gpu_validate.py from any directory)
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
-
-from remat.graph.profile import profile_graph  # noqa: E402
-from remat.profile.chain import profile_chain  # noqa: E402
-from remat.replay.chain import RematChain  # noqa: E402
-from remat.replay.graph import GraphReplay, compare_graph  # noqa: E402
-from remat.replay.report import compare  # noqa: E402
-from remat.schedules import InfeasibleBudgetError, format_size, simulate  # noqa: E402
-from remat.solver import solve  # noqa: E402
-from remat.trace.chain import as_chain  # noqa: E402
-from remat.zoo import small  # noqa: E402
-from remat.zoo.resnet18 import resnet18  # noqa: E402
+from benchmarks import common
+from remat.graph.profiler import profile_graph
+from remat.profile.chain import profile_chain
+from remat.replay.chain import RematChain
+from remat.replay.graph import GraphReplay, compare_graph
+from remat.replay.report import compare
+from remat.schedules import InfeasibleBudgetError, format_size, simulate
+from remat.solver import solve
+from remat.trace.chain import as_chain
+from remat.zoo import small
+from remat.zoo.resnet18 import resnet18
 
 SIZES = {
     # model: {size: (factory kwargs, input shape)}
@@ -71,10 +64,6 @@ SIZES["resnet18"] = {"large": ({}, (64, 3, 224, 224)), "small": ({}, (8, 3, 96, 
 FACTORIES = {"cnn": small.cnn, "mlp": small.mlp, "transformer": small.transformer, "resnet18": resnet18}
 FRACTIONS = (1.0, 0.6, 0.35)
 GRAPH_RUNS = (("store-all", 1.0), *((s, f) for f in (0.85, 0.75) for s in ("chen-greedy", "lp-rounding", "ilp")))
-
-
-def machine() -> dict:
-    return machine_info.machine()
 
 
 def solve_at(profile, budget: int):
@@ -138,15 +127,17 @@ def main() -> None:
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     parser.add_argument("--graph-models", default="cnn,transformer,resnet18", help="graph replay models ('' for none)")
     parser.add_argument("--ilp-time-limit", type=float, default=10.0, help="seconds per ILP / LP solve (graphs)")
-    parser.add_argument("--out", help="result JSON (default benchmarks/results/gpu_validate[_cpu].json)")
+    common.add_out(parser, "gpu_validate")
+    common.add_quick(parser, "small sizes, the CNN and the MLP, 1 step, graphs of the CNN")
     args = parser.parse_args()
+    if args.quick:
+        args.size, args.steps, args.models, args.graph_models = "small", 1, "cnn,mlp", "cnn"
     device = torch.device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
     size = args.size or ("large" if device.type == "cuda" else "small")
-    out_path = Path(
-        args.out or Path(__file__).parent / "results" / f"gpu_validate{'' if device.type == 'cuda' else '_cpu'}.json"
-    )
+    # a CPU run is not the GPU benchmark's result: results/gpu_validate_cpu.json
+    out_path = common.out_path(args, "gpu_validate" if device.type == "cuda" else "gpu_validate_cpu")
     started = time.perf_counter()
     rows = []
     print(f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}), sizes {size}")
@@ -204,13 +195,11 @@ def main() -> None:
         "benchmark": "gpu_validate",
         "device": str(device),
         "size": size,
-        "machine": machine(),
+        "machine": common.machine(),
         "elapsed_s": elapsed,
         "rows": rows,
     }
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(result, indent=2))
-    print(f"wrote {out_path}")
+    common.write_result(result, out_path)
 
 
 if __name__ == "__main__":

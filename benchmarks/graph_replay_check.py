@@ -16,7 +16,7 @@ every op; parameters, their pre-allocated gradients and the input are outside it
   (``overheads="shapes"``, the previous default) makes against the allocator for the same schedule;
 * ``step``: median step milliseconds, and the plain model's in the same run (ratio).
 
-    python benchmarks/graph_replay_check.py --budgets 100,85,75 --time-limit 10
+    python -m benchmarks.graph_replay_check --budgets 100,85,75 --time-limit 10
 
 Writes benchmarks/results/graph_replay_check.json with the machine it ran on. One intra-op
 thread (the machine is shared; two threads per op mostly wait on each other; a profile's
@@ -27,27 +27,18 @@ from __future__ import annotations
 
 import argparse
 import copy
-import datetime
-import json
-import os
-import platform
 import statistics
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests" / "graph"))  # the test models (tests/graph/graph_models.py)
+import torch
 
-import torch  # noqa: E402
-from graph_models import TinyTransformer, small_resnet, small_unet  # noqa: E402
-
-from remat.graph.profile import profile_graph  # noqa: E402
-from remat.replay.graph import GraphReplay, measure_graph  # noqa: E402
-from remat.schedules import InfeasibleBudgetError, format_size, simulate  # noqa: E402
-from remat.solver.registry import get_strategy, solve, strategy_names  # noqa: E402
-from remat.zoo.resnet18 import resnet18  # noqa: E402
+from benchmarks import common
+from remat.graph.profiler import profile_graph
+from remat.replay.graph import GraphReplay, measure_graph
+from remat.schedules import InfeasibleBudgetError, format_size, simulate
+from remat.solver.registry import get_strategy, solve, strategy_names
+from remat.zoo.resnet18 import resnet18
+from tests.graph.graph_models import TinyTransformer, small_resnet, small_unet
 
 MODELS = {
     "resnet": (small_resnet, lambda: torch.randn(4, 3, 32, 32)),
@@ -73,8 +64,11 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=10.0, help="seconds for ilp / lp-rounding")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per schedule")
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated, of: " + ", ".join(MODELS))
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "graph_replay_check.json"))
+    common.add_out(parser, "graph_replay_check")
+    common.add_quick(parser, "the first model at 100%, 1 step, 2 s solver limits")
     args = parser.parse_args()
+    if args.quick:
+        args.models, args.budgets, args.steps, args.time_limit = next(iter(MODELS)), "100", 1, 2.0
     torch.set_num_threads(1)
     budgets = [int(b) for b in args.budgets.split(",")]
     rows = []
@@ -139,21 +133,10 @@ def main() -> None:
         "benchmark": "graph_replay_check",
         "worst_peak_error": worst,
         "worst_shapes_overheads_error": worst_shapes,
-        "machine": {
-            "platform": platform.platform(),
-            "cpu_count": os.cpu_count(),
-            "torch": torch.__version__,
-            "threads": torch.get_num_threads(),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "load_average_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
-            "note": "2-core machine shared with other sessions: step times are noisy",
-        },
+        "machine": common.machine("2-core machine shared with other sessions: step times are noisy"),
         "rows": rows,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {out}")
+    common.write_result(result, common.out_path(args, "graph_replay_check"))
 
 
 if __name__ == "__main__":

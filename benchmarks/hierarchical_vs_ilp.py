@@ -9,10 +9,10 @@ point; with ``--ilp-limit S`` it runs ``ilp`` itself (S seconds per point)
 for the points the file lacks. Prints a table and writes benchmarks/results/hierarchical_vs_ilp.json
 with the machine it ran on.
 
-    python benchmarks/hierarchical_vs_ilp.py --graphs vgg16,unet,mobilenetv2,resnet50 --budgets 50,70,85,90
-    python benchmarks/hierarchical_vs_ilp.py --graphs /tmp/graph_vit_b_16.json --ilp-limit 60 \
-        --out hierarchical_vs_ilp_generated.json
-    python benchmarks/hierarchical_vs_ilp.py --flat-from hierarchical_vs_ilp.json
+    python -m benchmarks.hierarchical_vs_ilp --graphs vgg16,unet,mobilenetv2,resnet50 --budgets 50,70,85,90
+    python -m benchmarks.hierarchical_vs_ilp --graphs /tmp/graph_vit_b_16.json --ilp-limit 60 \
+        --out /tmp/hierarchical_vs_ilp_generated.json
+    python -m benchmarks.hierarchical_vs_ilp --flat-from hierarchical_vs_ilp.json
 
 ``--flat-from`` keeps the flat side of an earlier run of this script where those files have no
 row (the file is read before it is written again).
@@ -28,15 +28,12 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
-
-from remat.schedules import RematError, load_profile  # noqa: E402
-from remat.solver import solve  # noqa: E402
-from remat.solver.graph.baselines import store_all_plan  # noqa: E402
-from remat.solver.graph.stages import plan_peak  # noqa: E402
+from benchmarks import common
+from benchmarks.common import ROOT
+from remat.schedules import RematError, load_profile
+from remat.solver import solve
+from remat.solver.graph.baselines import store_all_plan
+from remat.solver.graph.stages import plan_peak
 
 RESULTS = ROOT / "benchmarks" / "results"
 FILES = ("ilp_speed.json",)  # ilp_speed.py outputs the flat side is read from (--flat-files)
@@ -173,10 +170,13 @@ def main() -> None:
         help="ilp_speed.py outputs in results/ (comma-separated): the flat side is the best schedule and the "
         "largest bound over all of them",
     )
-    parser.add_argument("--out", default="hierarchical_vs_ilp.json", help="file name in benchmarks/results/")
+    common.add_quick(parser, "VGG-16 at 90%, the flat side from the files (no ILP run)")
+    common.add_out(parser, "hierarchical_vs_ilp")
     args = parser.parse_args()
+    if args.quick:
+        args.graphs, args.budgets, args.ilp_limit = "vgg16", "90", None
     previous = RESULTS / args.flat_from if args.flat_from else None
-    data = {"machine": machine_info.machine("2-core machine shared with other sessions: times are noisy")}
+    data = {"machine": common.machine("2-core machine shared with other sessions: times are noisy")}
     data["command"] = " ".join(sys.argv)
     data["runs"] = []
     head = f"{'graph':<12} {'budget':>5}  {'hier step':>10}  {'seconds':>8}  {'flat best':>10}"
@@ -187,8 +187,7 @@ def main() -> None:
             data["runs"].append(row)
             print(show(row), flush=True)
     print("\n".join(markdown(row) for row in data["runs"]))
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / args.out).write_text(json.dumps(data, indent=1) + "\n")
+    common.write_result(data, common.out_path(args, "hierarchical_vs_ilp"), indent=1)
 
 
 if __name__ == "__main__":

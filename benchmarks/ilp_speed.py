@@ -10,9 +10,9 @@ Moccasin's retention intervals; status, objective, proven lower bound, gap, solv
 Prints a table and writes benchmarks/results/ilp_speed.json with the machine it ran on, once
 after every (graph, budget) row, so an interrupted run keeps what it measured.
 
-    python benchmarks/ilp_speed.py                                   # 7 graphs x 50/70/85/90% x 60, 600 s
-    python benchmarks/ilp_speed.py --graphs resnet50,unet --budgets 50,70 --limits 60
-    python benchmarks/ilp_speed.py --compare-backends --graphs vgg16 --budgets 80 --limits 30
+    python -m benchmarks.ilp_speed                                   # 7 graphs x 50/70/85/90% x 60, 600 s
+    python -m benchmarks.ilp_speed --graphs resnet50,unet --budgets 50,70 --limits 60
+    python -m benchmarks.ilp_speed --compare-backends --graphs vgg16 --budgets 80 --limits 30
 
 Times are wall-clock seconds on whatever machine runs this; note its load (the JSON records
 the CPU count and load average at the start).
@@ -24,23 +24,15 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
-
-from remat.schedules import InfeasibleBudgetError, RematError, load_profile  # noqa: E402
-from remat.solver import solve  # noqa: E402
-from remat.solver.graph.baselines import best_baseline_plan, store_all_plan  # noqa: E402
-from remat.solver.graph.ilp.checkmate_search import solve_model  # noqa: E402
-from remat.solver.graph.stages import memory_lower_bound, plan_peak  # noqa: E402
-from remat.solver.registry import strategy_names  # noqa: E402
-
-
-def machine() -> dict:
-    return machine_info.machine("2-core machine shared with several other sessions during the run: times are noisy")
+from benchmarks import common
+from benchmarks.common import ROOT
+from remat.schedules import InfeasibleBudgetError, RematError, load_profile
+from remat.solver import solve
+from remat.solver.graph.baselines import best_baseline_plan, store_all_plan
+from remat.solver.graph.ilp.checkmate_search import solve_model
+from remat.solver.graph.stages import memory_lower_bound, plan_peak
+from remat.solver.registry import strategy_names
 
 
 def _run(profile, budget, strategy, **options) -> dict:
@@ -177,14 +169,23 @@ def main() -> None:
     parser.add_argument(
         "--no-lp-rounding", action="store_true", help="leave out the lp-rounding column (its own strategy, unchanged)"
     )
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "ilp_speed.json"))
+    common.add_out(parser, "ilp_speed")
+    common.add_quick(parser, "VGG-16 at 90%, checkmate, 2 s limits, 1 worker")
     parser.add_argument("--append", action="store_true", help="add to the rows already in --out")
     args = parser.parse_args()
+    if args.quick:
+        args.graphs, args.budgets, args.limits, args.lp_limit = "vgg16", "90", "2", 2.0
+        args.workers, args.formulations, args.compare_backends = 1, "checkmate", False
     names = [n for n in args.graphs.split(",") if n]
     percents = [float(p) for p in args.budgets.split(",") if p]
     limits = [float(x) for x in args.limits.split(",") if x]
-    out = Path(args.out)
-    data = {"machine": machine(), "command": " ".join(sys.argv), "runs": [], "backends": []}
+    out = common.out_path(args, "ilp_speed")
+    data = {
+        "machine": common.machine("2-core machine shared with several other sessions during the run: times are noisy"),
+        "command": " ".join(sys.argv),
+        "runs": [],
+        "backends": [],
+    }
     if args.append and out.exists():
         previous = json.loads(out.read_text())
         data["runs"] = previous.get("runs", [])

@@ -15,8 +15,8 @@ identical). Then:
    remat.replay.report.compare) vs the simulator's, and gradients torch.equal to the plain
    unrolled loop.
 
-    python benchmarks/lstm_chen2016.py [--quick]   # --table: the markdown tables and the plot of the last run
-    python benchmarks/lstm_chen2016.py --dp-steps 2000,5000,10000   # the DP on one stage per step
+    python -m benchmarks.lstm_chen2016 [--quick]   # --table: the markdown tables and the plot of the last run
+    python -m benchmarks.lstm_chen2016 --dp-steps 2000,5000,10000   # the DP on one stage per step
 
 ``--dp-steps`` runs only the DP part of the front on one stage per step, no blocks (above 1,000
 stages ``optimal`` is the blocked DP of remat.solver.chain.dp.blocked, at its default 500 slots),
@@ -39,17 +39,14 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
-
-from remat.replay.chain import RematChain  # noqa: E402
-from remat.replay.report import compare  # noqa: E402
-from remat.schedules import ChainProfile, InfeasibleBudgetError, write_json  # noqa: E402
-from remat.solver import solve  # noqa: E402
-from remat.trace.chain import as_chain  # noqa: E402
-from remat.zoo.lstm import UnrolledLSTM, repeated_profile, unrolled_loop  # noqa: E402
+from benchmarks import common
+from benchmarks.common import ROOT
+from remat.replay.chain import RematChain
+from remat.replay.report import compare
+from remat.schedules import ChainProfile, InfeasibleBudgetError, write_json
+from remat.solver import solve
+from remat.trace.chain import as_chain
+from remat.zoo.lstm import UnrolledLSTM, repeated_profile, unrolled_loop
 
 BATCH, INPUT, HIDDEN = 16, 64, 128
 TS = (100, 200, 500, 1000, 2000, 5000, 10000)
@@ -60,10 +57,6 @@ LIMIT_S = 150.0
 EXECUTE_TS = (1000, 10000)
 RESULTS = ROOT / "benchmarks" / "results" / "lstm_chen2016.json"
 PLOT = ROOT / "docs" / "lstm_memory_vs_T.png"
-
-
-def machine() -> dict:
-    return machine_info.machine("shared machine (2 cores, several sessions): times are noisy")
 
 
 def state() -> torch.Tensor:
@@ -372,7 +365,8 @@ def main() -> None:
     # op 7-20x slower (spinning on a busy core)
     torch.set_num_threads(1)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="T up to 1,000, no T = 10,000 execution, DP to 400")
+    common.add_quick(parser, "T = 100 only, the DP probe at 50, executed at T = 100; no plot")
+    common.add_out(parser, "lstm_chen2016")
     parser.add_argument(
         "--front-only",
         action="store_true",
@@ -393,7 +387,11 @@ def main() -> None:
         levels = {"one extra forward": None, "+50%": 0.5, "+100%": 1.0}
         step = stage_profile(1)
         rows = dp_without_blocks(step, [int(t) for t in args.dp_steps.split(",")], levels)
-        results["dp_without_blocks"] = {"machine": machine(), "stage": step.stages[0].to_dict(), "rows": rows}
+        results["dp_without_blocks"] = {
+            "machine": common.machine("shared machine (2 cores, several sessions): times are noisy"),
+            "stage": step.stages[0].to_dict(),
+            "rows": rows,
+        }
         write_json(results, RESULTS)
         print(f"wrote {RESULTS.relative_to(ROOT)}")
         return
@@ -402,24 +400,27 @@ def main() -> None:
         print(markdown(results))
         plot(results["front"], {"one extra forward": None, "+50%": 0.5, "+100%": 1.0}, PLOT)
         return
-    ts = tuple(t for t in TS if t <= 1000) if args.quick else TS
+    out = common.out_path(args, "lstm_chen2016")
+    ts = (100,) if args.quick else TS
+    executes = (100,) if args.quick else EXECUTE_TS
     begin = time.perf_counter()
     step = stage_profile(1)
     stage = step.stages[0]
     levels = {"one extra forward": None, "+50%": 0.5, "+100%": 1.0}
     print(f"stage: {stage}; one extra forward = +{100 * resolve(None, step):.1f}%", flush=True)
-    blocks = {block_steps(t): stage_profile(block_steps(t)) for t in (*ts, *EXECUTE_TS)}
+    blocks = {block_steps(t): stage_profile(block_steps(t)) for t in (*ts, *executes)}
     previous = json.loads(RESULTS.read_text()) if args.front_only or args.execute_only else {}
     if args.execute_only:
         rows = previous["front"]
     else:
         rows = [front_at(step, blocks[block_steps(t)], t, levels) for t in ts]
-        plot(rows, levels, PLOT)
-    limit = previous.get("dp_limit") or dp_limit(step, tuple(t for t in DP_TS if t <= 400) if args.quick else DP_TS)
+        if not args.quick:
+            plot(rows, levels, PLOT)
+    limit = previous.get("dp_limit") or dp_limit(step, (50,) if args.quick else DP_TS)
     executed = [] if args.execute_only else list(previous.get("executed", []))
     kept_keys = ["front", "dp_limit"] if args.execute_only else ["dp_limit", "executed"]
     kept = {"kept_from_run_of": previous["machine"]["date"], "kept": kept_keys} if previous else {}
-    for t in () if args.front_only else (1000,) if args.quick else EXECUTE_TS:
+    for t in () if args.front_only else executes:
         profile = chain_of(step, t)
         chosen = {
             "chen-sqrt": solve(profile, 2**62, "chen-sqrt"),
@@ -436,7 +437,7 @@ def main() -> None:
             executed += execute(blocks[k], t, {f"dp one extra forward, blocks of {k}": dp})
     write_json(
         {
-            "machine": machine(),
+            "machine": common.machine("shared machine (2 cores, several sessions): times are noisy"),
             "setup": {"batch": BATCH, "input": INPUT, "hidden": HIDDEN, "dtype": "float32", "device": "cpu"},
             "stage": stage.to_dict(),
             "levels": {
@@ -448,9 +449,9 @@ def main() -> None:
             **kept,
             "seconds": time.perf_counter() - begin,
         },
-        RESULTS,
+        out,
     )
-    print(f"wrote {RESULTS.relative_to(ROOT)} and {PLOT.relative_to(ROOT)} in {time.perf_counter() - begin:.0f} s")
+    print(f"wrote {out}{'' if args.quick else f' and {PLOT}'} in {time.perf_counter() - begin:.0f} s")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """How much the time of a fixed piece of work drifts on this machine, quiet, over a minute or two.
 
-    python benchmarks/machine_drift.py [--seconds 90] [--window 6] [--threads 1]
+    python -m benchmarks.machine_drift [--seconds 90] [--window 6] [--threads 1]
 
 Three fixed kernels, one after the other, again and again, on one torch thread: a compute-bound
 one (five 1024 x 1024 fp32 matmuls), a memory-bound one (five in-place passes over 64 MiB) and
@@ -21,16 +21,14 @@ with the machine it ran on.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-import machine_info  # benchmarks/machine_info.py: run as a script from the repo root
 import torch
 
-RESULTS = Path(__file__).parent / "results" / "machine_drift.json"
+from benchmarks import common
+
 CLOCKS = {"thread": time.thread_time, "wall": time.perf_counter}
 
 
@@ -112,19 +110,20 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=90.0)
     parser.add_argument("--window", type=float, default=6.0, help="seconds per window (slow and fast spells)")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--output", type=Path, default=RESULTS)
+    common.add_out(parser, "machine_drift")
+    common.add_quick(parser, "4 seconds in windows of 1")
     args = parser.parse_args()
+    if args.quick:
+        args.seconds, args.window = 4.0, 1.0
     if args.seconds <= 0 or args.window <= 0 or args.threads < 1:
         parser.error("--seconds and --window must be positive, --threads at least 1")
     torch.set_num_threads(args.threads)
-    info = machine_info.machine("run with nothing else on the machine, to see the machine's own drift")
+    info = common.machine("run with nothing else on the machine, to see the machine's own drift")
     rows = summary(collect(args.seconds), args.window)
     print(table(rows, args.window))
     result = {"config": {"seconds": args.seconds, "window": args.window, "threads": args.threads},
               "rows": rows, "machine": info}  # fmt: skip
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.output}")
+    common.write_result(result, common.out_path(args, "machine_drift"), indent=1)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ tracker (remat.measure.memory.StorageTracker, a TorchDispatchMode). Neither is o
 them. Per model: the fastest of ``--steps`` interleaved runs of a plain training step, of the same
 step inside each meter, and of an empty metered block; plus both meters' peaks.
 
-    python benchmarks/meter_cost.py [--steps 9] [--threads 1] [--device cpu]
+    python -m benchmarks.meter_cost [--steps 9] [--threads 1] [--device cpu]
 
 Writes benchmarks/results/meter_cost.json (with the machine it ran on).
 """
@@ -15,23 +15,15 @@ Writes benchmarks/results/meter_cost.json (with the machine it ran on).
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-import time
-from pathlib import Path
 
 import torch
 
-# this checkout's remat, not an installed one
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
-
-from remat.measure.allocator import AllocatorMeter, tensor_meter  # noqa: E402
-from remat.replay.report import prepare_grads  # noqa: E402
-from remat.schedules import format_size  # noqa: E402
-from remat.zoo import small  # noqa: E402
-from remat.zoo.resnet18 import resnet18  # noqa: E402
+from benchmarks import common
+from remat.measure.allocator import AllocatorMeter, tensor_meter
+from remat.replay.report import prepare_grads
+from remat.schedules import format_size
+from remat.zoo import small
+from remat.zoo.resnet18 import resnet18
 
 MODELS = {
     # name: (factory, input shape)
@@ -39,10 +31,6 @@ MODELS = {
     "cnn": (lambda: small.cnn(widths=(16, 32, 64), blocks=3), (16, 3, 32, 32)),
     "mlp": (lambda: small.mlp(depth=16, width=512, in_features=512), (128, 512)),
 }
-
-
-def machine() -> dict:
-    return machine_info.machine()
 
 
 def measure(name: str, device: torch.device, steps: int) -> dict:
@@ -55,10 +43,6 @@ def measure(name: str, device: torch.device, steps: int) -> dict:
         prepare_grads(model)
         model(x).sum().backward()
 
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
     variants = {
         "plain": step,
         "allocator": lambda: _inside(AllocatorMeter(device), step),
@@ -66,14 +50,7 @@ def measure(name: str, device: torch.device, steps: int) -> dict:
         "empty allocator block": lambda: _inside(AllocatorMeter(device), lambda: None),
     }
     step()  # warm-up: kernel caches, thread pools
-    times: dict[str, list[float]] = {k: [] for k in variants}
-    for _ in range(steps):  # interleaved, so load hits every variant alike
-        for label, run in variants.items():
-            sync()
-            begin = time.perf_counter()
-            run()
-            sync()
-            times[label].append((time.perf_counter() - begin) * 1000.0)
+    times = common.interleaved(variants, steps, device)  # so load hits every variant alike
     allocator, tracker = AllocatorMeter(device), tensor_meter(device)
     _inside(allocator, step)
     _inside(tracker, step)
@@ -97,8 +74,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: steadier)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "meter_cost.json"))
+    common.add_out(parser, "meter_cost")
+    common.add_quick(parser, "the CNN and the MLP, 2 interleaved runs")
     args = parser.parse_args()
+    if args.quick:
+        args.models, args.steps = "cnn,mlp", 2
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     rows = []
@@ -113,10 +93,14 @@ def main() -> None:
             f"{t['empty allocator block']:>9.2f} {format_size(row['allocator_peak']):>11} "
             f"{format_size(row['tracker_peak']):>10}"
         )
-    result = {"benchmark": "meter_cost", "device": str(device), "steps": args.steps, "machine": machine(), "rows": rows}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
-    print(f"wrote {args.out}")
+    result = {
+        "benchmark": "meter_cost",
+        "device": str(device),
+        "steps": args.steps,
+        "machine": common.machine(),
+        "rows": rows,
+    }
+    common.write_result(result, common.out_path(args, "meter_cost"))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ machine, to be read as ratios within one run. Then the two fronts are compared: 
 of each, and at every point of the single-option front the multi-option front's time at no more
 memory.
 
-    PYTHONPATH=. python benchmarks/options_front.py [--layers 8 --dim 256 --seq 256 --batch 4]
+    python -m benchmarks.options_front [--layers 8 --dim 256 --seq 256 --batch 4]
 
 Writes benchmarks/results/options_front.json (with the machine it ran on).
 """
@@ -25,13 +25,11 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import time
-from pathlib import Path
 
-import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
 import torch
 
+from benchmarks import common
 from remat.profile.chain import profile_chain
 from remat.replay.chain import RematChain
 from remat.replay.report import compare
@@ -40,8 +38,6 @@ from remat.solver import solve
 from remat.solver.chain.optimal import optimal_front
 from remat.solver.chain.store_all import store_all_peak
 from remat.zoo.gpt2 import GPT2
-
-RESULTS = Path(__file__).parent / "results" / "options_front.json"
 
 
 def _arguments() -> argparse.Namespace:
@@ -56,8 +52,14 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="profiler: timed runs per stage")
     parser.add_argument("--steps", type=int, default=3, help="replay: measured steps per schedule")
     parser.add_argument("--budgets", default="1.0,0.7,0.5,0.35,0.25,0.18", help="fractions of the store-all peak")
-    parser.add_argument("--output", type=Path, default=RESULTS)
-    return parser.parse_args()
+    common.add_out(parser, "options_front", dest="output")
+    common.add_quick(parser, "2 layers of 64, 32 tokens, two budgets")
+    args = parser.parse_args()
+    if args.quick:
+        args.layers, args.dim, args.seq, args.batch, args.vocab = 2, 64, 32, 1, 256
+        args.repeats, args.steps, args.budgets = 1, 1, "1.0,0.5"
+    args.output = common.out_path(args, "options_front", dest="output")
+    return args
 
 
 def _row(profile, model, x, budget: int, steps: int) -> dict:
@@ -145,11 +147,9 @@ def main() -> None:
         "budgets": rows,
         "least_memory": {"single": least_single, "multi": least_multi},
         "fronts": fronts,
-        "machine": machine_info.machine("shared 2-core machine: times are noisy; ratios within the run"),
+        "machine": common.machine("shared 2-core machine: times are noisy; ratios within the run"),
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.output}")
+    common.write_result(result, args.output, indent=1)
 
 
 if __name__ == "__main__":

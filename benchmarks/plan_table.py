@@ -7,7 +7,7 @@ no matmul/convolution are free), a per-field growth model, the largest batch by 
 confirmed against real meta profiles at the answer and the next batch. Memory outside the
 activations: ``auto`` = 4 x parameters (weights, gradients, Adam's two moments), fp32.
 
-    python benchmarks/plan_table.py
+    python -m benchmarks.plan_table
 
 Prints the table and writes benchmarks/results/plan_table.json (with machine info) and
 docs/plan_gpt2_80gb.png (largest batch vs overhead allowed, 0..100%).
@@ -15,21 +15,18 @@ docs/plan_gpt2_80gb.png (largest batch vs overhead allowed, 0..100%).
 
 from __future__ import annotations
 
+import argparse
 import math
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
-
-from remat.profile.batch import chain_profiler  # noqa: E402
-from remat.schedules import write_json  # noqa: E402
-from remat.solver.plan import (  # noqa: E402
+from benchmarks import common
+from benchmarks.common import ROOT
+from remat.profile.batch import chain_profiler
+from remat.schedules import write_json
+from remat.solver.plan import (
     PLAN_STRATEGIES,
     confirmed_largest,
     fit_growth,
@@ -48,12 +45,7 @@ MODELS = {
 }
 DEVICES = {"80 GiB": 80 * GIB, "24 GiB": 24 * GIB}
 OVERHEADS = (0.0, 0.1, 0.3)
-RESULTS = ROOT / "benchmarks" / "results" / "plan_table.json"
 PLOT = ROOT / "docs" / "plan_gpt2_80gb.png"
-
-
-def machine() -> dict:
-    return machine_info.machine("meta-tensor profiles: no timing on this machine enters the table")
 
 
 def cell(fit) -> dict:
@@ -63,14 +55,16 @@ def cell(fit) -> dict:
     return row
 
 
-def run_model(label: str, spec: str, shape, points) -> tuple[list[dict], object, int]:
+def run_model(
+    label: str, spec: str, shape, points, devices: dict = DEVICES, overheads: tuple = OVERHEADS
+) -> tuple[list[dict], object, int]:
     profile_at = chain_profiler(spec, shape, 0, "meta", torch.float32, torch.device("cpu"))
     growth = fit_growth(profile_at, points)
     fixed = fixed_bytes_auto(growth.profiles[0])
     rows = []
-    for device, memory in DEVICES.items():
+    for device, memory in devices.items():
         sqrt_any, growth = confirmed_largest(growth, profile_at, memory - fixed, math.inf, "chen-sqrt")
-        for allowed in OVERHEADS:
+        for allowed in overheads:
             fits = {}
             for strategy in PLAN_STRATEGIES:
                 fits[strategy], growth = confirmed_largest(growth, profile_at, memory - fixed, allowed, strategy)
@@ -131,11 +125,18 @@ def plot_curve(growth, budget: int, path: Path) -> dict:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    common.add_quick(parser, "the ResNet-50-like model on 24 GiB at 10% overhead, no plot")
+    common.add_out(parser, "plan_table")
+    args = parser.parse_args()
+    out = common.out_path(args, "plan_table")
+    models = {k: v for k, v in MODELS.items() if k.startswith("ResNet")} if args.quick else MODELS
     begin = time.perf_counter()
-    rows, growths = [], {}
-    for label, (spec, shape, points) in MODELS.items():
+    rows, growths, curve = [], {}, None
+    for label, (spec, shape, points) in models.items():
         print(label)
-        model_rows, growth, fixed = run_model(label, spec, shape, points)
+        cells = {"devices": {"24 GiB": DEVICES["24 GiB"]}, "overheads": (0.1,)} if args.quick else {}
+        model_rows, growth, fixed = run_model(label, spec, shape, points, **cells)
         rows += model_rows
         growths[label] = {"growth": growth.kind, "points": list(growth.points), "non_linear": growth.describe()}
         if label.startswith("GPT-2"):
@@ -144,16 +145,16 @@ def main() -> None:
     print(table(rows))
     write_json(
         {
-            "machine": machine(),
+            "machine": common.machine("meta-tensor profiles: no timing on this machine enters the table"),
             "setup": "meta-tensor profiles, times = FLOPs / nominal rate, fp32, fixed bytes = 4 x parameters",
             "growth": growths,
             "rows": rows,
             "gpt2_80gib_curve": curve,
             "seconds": time.perf_counter() - begin,
         },
-        RESULTS,
+        out,
     )
-    print(f"wrote {RESULTS.relative_to(ROOT)} and {PLOT.relative_to(ROOT)} in {time.perf_counter() - begin:.0f} s")
+    print(f"wrote {out}{'' if args.quick else f' and {PLOT}'} in {time.perf_counter() - begin:.0f} s")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """remat on library models built from configs, next to plain PyTorch and HF / torch.utils.checkpoint.
 
-    python benchmarks/real_models.py [--only gpt2,resnet50] [--quick] [--runs 3]
+    python -m benchmarks.real_models [--only gpt2,resnet50] [--quick] [--runs 3]
 
 One row per model (docs/models.md, "Measured on real models"): the stages the traced cut found;
 store-all's measured peak next to the plain model's step; predicted vs measured peak at half the
@@ -19,8 +19,8 @@ simulator's accounting (docs/model.md): bytes allocated during the step plus the
 parameters and their gradients (pre-allocated, :func:`remat.replay.report.prepare_grads`) are
 outside it, for remat and for the baselines alike. Step times are medians of unmetered steps on
 one thread (noisy on a shared machine). A full run writes benchmarks/results/real_models.json
-(with the machine) and the table into docs/models.md between its marker comments; ``--only`` and
-``--quick`` runs print and write benchmarks/results/real_models_partial.json only.
+(with the machine) and the table into docs/models.md between its marker comments; ``--only`` runs
+print and write benchmarks/results/real_models_partial.json only, ``--quick`` runs a temporary file.
 """
 
 from __future__ import annotations
@@ -38,13 +38,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import cut_models  # benchmarks/cut_models.py: the nine models of issue 10 (run from the repo root)
-import machine_info  # noqa: E402
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
 import remat
+from benchmarks import common, cut_models
 from remat.models.hub import build_library_model
 from remat.replay.report import prepare_grads, step_allocator_peak
 from remat.schedules import RematError
@@ -176,7 +175,7 @@ def block_segments(model: nn.Module, stage_names: list[str]) -> list[list[nn.Mod
     """The blocks of the cut as module runs: a stage named by a module path is that module; one named
     ``parent.i-j`` is children i..j of ``parent`` (a conv and its in-place ReLU); stages that are no
     module (``root``, ``loss``) or contain other stages (vit's ``encoder``) are not checkpointed.
-    A fused stage (``first+second``, remat/executor/fuse.py) is its parts, each checkpointed as a
+    A fused stage (``first+second``, remat/trace/fuse.py) is its parts, each checkpointed as a
     user would checkpoint its blocks."""
     # a later call of a shared block (``albert_layers.0#2``) is that block, checkpointed once
     parts = [re.sub(r"#\d+$", "", part) for name in stage_names for part in name.split("+")]
@@ -469,7 +468,8 @@ def select(models: dict[str, Entry], wanted: list[str]) -> dict[str, Entry]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="comma-separated model names, e.g. gpt2,resnet50 (torchvision's and timm's)")
-    parser.add_argument("--quick", action="store_true", help="three tiny models (about a minute)")
+    common.add_quick(parser, "three tiny models (about a minute)")
+    common.add_out(parser, "real_models")
     parser.add_argument(
         "--runs",
         type=int,
@@ -493,9 +493,10 @@ def main() -> None:
     table, note = markdown(rows), header(models, sizes)
     print(note + "\n\n" + table)
     partial = args.quick or args.only
-    out = RESULTS / ("real_models_partial.json" if partial else "real_models.json")
+    # a run of some models is not the result: real_models_partial.json (git ignores it)
+    out = common.out_path(args, "real_models_partial" if args.only and not args.quick else "real_models")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": machine_info.machine(note="shared 2-core machine"), "header": note,
+    out.write_text(json.dumps({"machine": common.machine(note="shared 2-core machine"), "header": note,
                                "rows": rows}, indent=2) + "\n")  # fmt: skip
     print(f"wrote {out}")
     if not partial:

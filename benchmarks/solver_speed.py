@@ -20,7 +20,7 @@ machine disturb less than wall-clock; both are printed. The kernel's one-time co
 measured separately: a subprocess with an empty ``NUMBA_CACHE_DIR`` (compile + a 10-stage
 table), then a second one with the cache it left (load + the same table).
 
-Usage: ``python benchmarks/solver_speed.py [--sizes 50,100,200,400,1000] [--slots 500]
+Usage: ``python -m benchmarks.solver_speed [--sizes 50,100,200,400,1000] [--slots 500]
 [--numpy 50,100,200,400,1000] [--reference 50]``. Prints a table and writes
 benchmarks/results/solver_speed.json.
 """
@@ -37,14 +37,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
-
-from remat.schedules import ChainProfile, Stage  # noqa: E402
+from benchmarks import common
+from benchmarks.common import ROOT
+from remat.schedules import ChainProfile, Stage
 
 
 def bench_chain(n: int, seed: int = 0) -> ChainProfile:
@@ -178,8 +174,7 @@ def run_kernel(n: int, slots: int) -> dict:
 
 def run_numpy(n: int, slots: int) -> dict:
     """The numpy-vectorized table (the previous implementation), in this process."""
-    from optimal_numpy import build_table_numpy
-
+    from benchmarks.optimal_numpy import build_table_numpy
     from remat.solver.chain.dp.table import build_table
 
     profile = bench_chain(n)
@@ -230,8 +225,8 @@ def run_compile() -> dict:
 
 
 def _subprocess(args: list[str], env: dict | None = None) -> dict:
-    command = [sys.executable, __file__, *args]
-    done = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
+    command = [sys.executable, "-m", "benchmarks.solver_speed", *args]
+    done = subprocess.run(command, capture_output=True, text=True, check=True, env=env, cwd=ROOT)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -258,10 +253,6 @@ def _agreement(top: list[float], ref: list[float]) -> tuple[bool, float]:
     return same_feasible and rel < 1e-5, rel
 
 
-def machine() -> dict:
-    return machine_info.machine("shared machine: other jobs were running; times are wall-clock and noisy")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="50,100,200,400,1000")
@@ -270,8 +261,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference", default="50", help="sizes on which to time the pure-Python reference")
     parser.add_argument("--part", choices=("kernel", "numpy", "reference", "compile"), help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "solver_speed.json"))
+    common.add_out(parser, "solver_speed", dest="output")
+    common.add_quick(parser, "50 and 100 stages, no pure-Python reference, no cold numba compile")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.sizes, args.numpy, args.reference = "50,100", "50", ""
+    args.output = common.out_path(args, "solver_speed", dest="output")
     if args.part is not None:
         parts = {"kernel": run_kernel, "numpy": run_numpy, "reference": run_reference}
         result = run_compile() if args.part == "compile" else parts[args.part](args.n, args.slots)
@@ -280,13 +275,14 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(x) for x in args.sizes.split(",") if x]
     with_numpy = {int(x) for x in args.numpy.split(",") if x}
     with_reference = {int(x) for x in args.reference.split(",") if x}
-    info = machine()
-    compiled = compile_times()
-    print(
-        f"numba kernel: first call with an empty cache {compiled['compile_s']:.1f} s "
-        f"({compiled['compile_cpu_s']:.1f} s CPU); with the cache {compiled['cached_load_s']:.2f} s "
-        f"({compiled['cached_load_cpu_s']:.2f} s CPU)"
-    )
+    info = common.machine("shared machine: other jobs were running; times are wall-clock and noisy")
+    compiled = None if args.quick else compile_times()  # a cold compile alone takes a minute or more
+    if compiled is not None:
+        print(
+            f"numba kernel: first call with an empty cache {compiled['compile_s']:.1f} s "
+            f"({compiled['compile_cpu_s']:.1f} s CPU); with the cache {compiled['cached_load_s']:.2f} s "
+            f"({compiled['cached_load_cpu_s']:.2f} s CPU)"
+        )
     rows = []
     header = (
         f"{'stages':>6} {'table s':>8} {'(cpu)':>7} {'front s':>8} {'(cpu)':>7} {'points':>6} "
@@ -295,14 +291,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(header)
     print("-" * len(header))
-    common = ["--slots", str(args.slots)]
+    slot_args = ["--slots", str(args.slots)]
     for n in sizes:
         row = {"stages": n, "slots": args.slots}
-        row.update(_subprocess(["--part", "kernel", "--n", str(n), *common]))
+        row.update(_subprocess(["--part", "kernel", "--n", str(n), *slot_args]))
         top = row.pop("top")
         numpy_cols = f"{'-':>8} {'-':>7} {'-':>6} {'-':>5}"
         if n in with_numpy:
-            row.update(_subprocess(["--part", "numpy", "--n", str(n), *common]))
+            row.update(_subprocess(["--part", "numpy", "--n", str(n), *slot_args]))
             row["numpy_speedup"] = row["numpy_cpu_s"] / row["table_cpu_s"]
             numpy_cols = (
                 f"{row['numpy_s']:>8.2f} {row['numpy_cpu_s']:>7.2f} {row['numpy_peak_rss_mb']:>6.0f} "
@@ -310,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         ref_cols = f"{'-':>11} {'-':>7} {'-':>6}"
         if n in with_reference:
-            ref = _subprocess(["--part", "reference", "--n", str(n), *common])
+            ref = _subprocess(["--part", "reference", "--n", str(n), *slot_args])
             agrees, rel = _agreement(top, ref.pop("ref_top"))
             row.update(ref)
             row["reference_speedup"] = row["reference_cpu_s"] / row["table_cpu_s"]
@@ -335,11 +331,8 @@ def main(argv: list[str] | None = None) -> int:
         if n in with_reference and not row["reference_agrees"]:
             print(f"  reference DISAGREES (max relative difference {row['reference_max_rel_diff']:.3g})")
     info["load_average_at_end"] = list(os.getloadavg())
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    with open(args.output, "w") as handle:
-        document = {"benchmark": "solver_speed", "machine": info, "compile": compiled, "results": rows}
-        json.dump(document, handle, indent=2)
-    print(f"wrote {args.output}")
+    document = {"benchmark": "solver_speed", "machine": info, "compile": compiled, "results": rows}
+    common.write_result(document, args.output)
     return 0
 
 

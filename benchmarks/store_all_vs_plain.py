@@ -1,6 +1,6 @@
 """Store-all against the plain model's training step, and predicted against measured, on the nine models.
 
-    python benchmarks/store_all_vs_plain.py [--only gpt2,bert] [--image 64] [--steps 2]
+    python -m benchmarks.store_all_vs_plain [--only gpt2,bert] [--image 64] [--steps 2]
 
 For each model of benchmarks/cut_models.py (built from configs, random weights, batch 2, CPU fp32,
 the loss inside the step): the plain step (model forward + loss + backward, no remat) measured by
@@ -20,19 +20,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-import cut_models  # noqa: E402  (benchmarks/: run as a script from the repo root)
-import machine_info  # noqa: E402
 import torch
 from torch import nn
 
 import remat
+from benchmarks import common, cut_models
 from remat.models.hub import build_library_model
 from remat.replay.report import plain_step_peak
 from remat.schedules import RematError
 
-RESULTS = Path(__file__).resolve().parent / "results" / "store_all_vs_plain.json"
 MIB = 2**20
 
 
@@ -94,12 +91,17 @@ def main() -> None:
     parser.add_argument("--image", type=int, default=64, help="image side for the vision models")
     parser.add_argument("--steps", type=int, default=2, help="measured steps per reading (after one warm-up)")
     parser.add_argument("--threads", type=int, default=None, help="torch thread count")
+    common.add_quick(parser, "a GPT-2 of 2 layers of 32, one measured step")
+    common.add_out(parser, "store_all_vs_plain")
     args = parser.parse_args()
+    out = common.out_path(args, "store_all_vs_plain")
+    if args.quick:
+        args.steps = 1
     if args.threads:
         torch.set_num_threads(args.threads)
-    table = cut_models.models(args.image)
+    table = cut_models.quick_models() if args.quick else cut_models.models(args.image)
     chosen = args.only.split(",") if args.only else list(table)
-    previous = json.loads(RESULTS.read_text()).get("models", {}) if RESULTS.exists() and args.only else {}
+    previous = json.loads(out.read_text()).get("models", {}) if out.exists() and args.only else {}
     rows = dict(previous)
     head = "predicted measured   error"
     print(f"{'model':<31} {'plain':>8} {'store-all':>9} {'vs plain':>8} | store-all {head} | "
@@ -114,10 +116,10 @@ def main() -> None:
         print(f"{name:<31} {row['plain'] / MIB:8.2f} {s['measured'] / MIB:9.2f} {100 * s['vs_plain']:+7.2f}% | "
               f"{_cell(s)} | {_cell(row['optimal_mid'])} | {_cell(row['optimal_min'])}")  # fmt: skip
         sys.stdout.flush()
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        meta = {"machine": machine_info.machine(), "batch": 2, "seq": cut_models.SEQ, "image": args.image}
-        RESULTS.write_text(json.dumps({**meta, "unit": "bytes", "models": rows}, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+        out.parent.mkdir(parents=True, exist_ok=True)  # after each model: a long run keeps what it did
+        meta = {"machine": common.machine(), "batch": 2, "seq": cut_models.SEQ, "image": args.image}
+        out.write_text(json.dumps({**meta, "unit": "bytes", "models": rows}, indent=2) + "\n")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

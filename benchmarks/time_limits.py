@@ -6,7 +6,7 @@ what ``remat solve`` runs), the solver's own reported elapsed seconds and phases
 kept the promise (limit + 5% + 1 s, ``remat.solver.deadline``), and its result or error.
 Prints a table and writes benchmarks/results/time_limits.json with the machine it ran on.
 
-    python benchmarks/time_limits.py --limits 2,5,10,30 --budgets 50,80
+    python -m benchmarks.time_limits --limits 2,5,10,30 --budgets 50,80
 
 Times are wall-clock seconds on whatever machine runs this (the JSON records its load).
 """
@@ -14,32 +14,19 @@ Times are wall-clock seconds on whatever machine runs this (the JSON records its
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests" / "solver" / "graph"))  # test_chain_as_graph.random_chain
-
-import machine_info  # noqa: E402  (benchmarks/machine_info.py: run as a script from the repo root)
-
-from remat.schedules import RematError, load_profile  # noqa: E402
-from remat.solver import solve  # noqa: E402
-from remat.solver.budget import reference_peak  # noqa: E402
-from remat.solver.deadline import Deadline  # noqa: E402
-from remat.solver.graph.chain_to_graph import chain_to_graph  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results" / "time_limits.json"
-
-
-def machine() -> dict:
-    return machine_info.machine()
+from benchmarks import common
+from benchmarks.common import ROOT
+from remat.schedules import RematError, load_profile
+from remat.solver import solve
+from remat.solver.budget import reference_peak
+from remat.solver.deadline import Deadline
+from remat.solver.graph.chain_to_graph import chain_to_graph
 
 
 def graphs() -> dict:
-    from test_chain_as_graph import random_chain
+    from tests.solver.graph.test_chain_as_graph import random_chain
 
     return {
         "resnet50": load_profile(ROOT / "examples" / "graph_resnet50.json"),
@@ -74,7 +61,11 @@ def main() -> None:
     parser.add_argument("--budgets", default="50,80", help="percent of the store-all peak, comma-separated")
     parser.add_argument("--strategies", default="ilp,lp-rounding")
     parser.add_argument("--graphs", default="resnet50,unet,chain200-as-graph", help="comma-separated")
+    common.add_quick(parser, "the 200-stage chain as a graph, lp-rounding, 1 s, 80%")
+    common.add_out(parser, "time_limits")
     args = parser.parse_args()
+    if args.quick:
+        args.limits, args.budgets, args.strategies, args.graphs = "1", "80", "lp-rounding", "chain200-as-graph"
     limits = [float(x) for x in args.limits.split(",")]
     budgets = [int(x) for x in args.budgets.split(",")]
     rows = []
@@ -93,9 +84,7 @@ def main() -> None:
                         f"{row['wall_seconds']:>7.2f} {'yes' if row['kept'] else 'NO':>5}  {result[:90]}",
                         flush=True,
                     )
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"machine": machine(), "rows": rows}, indent=1) + "\n")
-    print(f"wrote {RESULTS}")
+    common.write_result({"machine": common.machine(), "rows": rows}, common.out_path(args, "time_limits"), indent=1)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ forward first), ``profile`` (each stage's memory and time), ``solve`` (the sched
 ``proof`` (the cut and the replay against the model, one step each), measured by wrapping
 those functions; ``other`` is the rest (the Trainer's setup, the step itself).
 
-Usage: ``python benchmarks/trainer_first_step.py [--steps 1]``; prints a table.
+Usage: ``python -m benchmarks.trainer_first_step [--steps 1]``; prints a table.
 """
 
 from __future__ import annotations
@@ -27,8 +27,11 @@ import sys
 import time
 from collections import defaultdict
 
+from benchmarks import common
+
 LLAMA = {"num_hidden_layers": 8, "hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 4,
          "num_key_value_heads": 2, "vocab_size": 32000}  # fmt: skip
+QUICK_LLAMA = {**LLAMA, "num_hidden_layers": 2, "vocab_size": 1000}  # --quick
 BATCH, LENGTH = 2, 128
 
 
@@ -46,7 +49,7 @@ def _timed(module, name: str, totals: dict) -> None:
     setattr(module, name, run)
 
 
-def _side(side: str, steps: int) -> dict:
+def _side(side: str, steps: int, quick: bool = False) -> dict:
     start = time.perf_counter()
     import torch
 
@@ -57,8 +60,9 @@ def _side(side: str, steps: int) -> dict:
     import transformers
 
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**LLAMA, use_cache=False)).train()
-    rows = [{"input_ids": torch.randint(0, LLAMA["vocab_size"], (LENGTH,)).tolist()} for _ in range(BATCH * steps)]
+    config = QUICK_LLAMA if quick else LLAMA
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**config, use_cache=False)).train()
+    rows = [{"input_ids": torch.randint(0, config["vocab_size"], (LENGTH,)).tolist()} for _ in range(BATCH * steps)]
 
     def collate(features: list[dict]) -> dict:
         ids = torch.tensor([f["input_ids"] for f in features])
@@ -73,7 +77,7 @@ def _side(side: str, steps: int) -> dict:
     totals: dict = defaultdict(float)
     setup = time.perf_counter()
     if side == "remat":
-        import remat.api.front as front
+        import remat.api.entry as front
         import remat.api.model as model_module
         import remat.api.shapes as shapes
 
@@ -110,16 +114,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1)
     parser.add_argument("--side", choices=("remat", "plain"), help=argparse.SUPPRESS)
+    common.add_quick(parser, "a Llama of 2 layers and a vocabulary of 1,000")
+    common.add_out(parser, "trainer_first_step")
     options = parser.parse_args()
     if options.side:
-        print(json.dumps(_side(options.side, options.steps)))
+        print(json.dumps(_side(options.side, options.steps, options.quick)))
         return
+    sides = []
     for side in ("plain", "remat"):
-        command = [sys.executable, __file__, "--side", side, "--steps", str(options.steps)]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        command = [sys.executable, "-m", "benchmarks.trainer_first_step", "--side", side, "--steps", str(options.steps)]
+        done = subprocess.run([*command, *(["--quick"] if options.quick else [])], capture_output=True, text=True,
+                              check=False, cwd=common.ROOT)  # fmt: skip
         if done.returncode != 0:
             sys.exit(f"{side}: exit status {done.returncode}: {done.stderr.strip().splitlines()[-1:]}")
         print(done.stdout.strip().splitlines()[-1])
+        sides.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    data = {"machine": common.machine(), "llama": QUICK_LLAMA if options.quick else LLAMA, "sides": sides}
+    common.write_result(data, common.out_path(options, "trainer_first_step"))
 
 
 if __name__ == "__main__":

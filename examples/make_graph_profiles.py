@@ -24,7 +24,7 @@ from torch.nn import functional as F
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT.parent))
 
-from remat.graph.profile import profile_graph  # noqa: E402
+from remat.graph.profiler import profile_graph  # noqa: E402
 from remat.models.compat import import_torchvision  # noqa: E402
 from remat.schedules import save_profile, simulate  # noqa: E402
 from remat.zoo import gpt2, vision  # noqa: E402

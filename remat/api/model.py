@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,9 +20,9 @@ from remat.model_errors import one_line_errors
 from remat.replay.chain import RematChain
 from remat.replay.report import compare
 from remat.schedules import ChainProfile, InfeasibleBudgetError, RematError, Schedule, format_size
+from remat.solver.budget import reference_peak
 from remat.solver.chain.dp.cache import release_tables
 from remat.solver.chain.optimal import minimum_budget
-from remat.solver.chain.store_all import store_all_peak
 from remat.solver.registry import solve
 from remat.trace.capture import OutputForm
 from remat.trace.stage_errors import traced_location
@@ -61,9 +62,10 @@ class ShapePlan:
         return self.cut.side_bytes
 
 
-def store_all_budget(cut: ShapeCut) -> int:
-    """Bytes: the whole call's store-all peak for ``cut``: the chain's plus its side values."""
-    return store_all_peak(cut.profile) + cut.side_bytes
+def call_store_all_peak(cut: ShapeCut) -> int:
+    """Bytes: the whole call's store-all peak for ``cut``: the chain's (the solver's one reference,
+    :func:`remat.solver.budget.reference_peak`) plus its side values."""
+    return reference_peak(cut.profile) + cut.side_bytes
 
 
 def _least_schedule(profile: ChainProfile) -> Schedule:
@@ -107,6 +109,17 @@ def _with_signature(step: Callable[..., Any], source: nn.Module, loss_given: boo
     forward.__signature__ = signature
     forward.__doc__ = RematModel.forward.__doc__
     return forward
+
+
+def _renamed(old: str, new: str) -> property:
+    """A deprecated attribute ``old`` that reads ``new`` (renamed in 0.2.0 so that
+    ``remat.checkpoint`` and ``remat.compile`` name the same bytes alike; CHANGELOG.md)."""
+
+    def read(self: RematModel) -> int:
+        warnings.warn(f"RematModel.{old} is deprecated since remat 0.2.0: use .{new}", DeprecationWarning, stacklevel=2)
+        return getattr(self, new)
+
+    return property(read, doc=f"Deprecated since 0.2.0: :attr:`{new}` (the same bytes).")
 
 
 class RematModel(nn.Module):
@@ -250,16 +263,24 @@ class RematModel(nn.Module):
         return self
 
     @property
-    def least_budget(self) -> int:
-        """Bytes: the least budget the example's call trains under, its least-memory schedule's
-        peak plus the side values the call holds (:attr:`ShapePlan.side_bytes`)."""
+    def least_peak(self) -> int:
+        """Bytes: the least peak the example's call trains in, hence the least budget it takes: its
+        least-memory schedule's peak plus the side values the call holds (:attr:`ShapePlan.side_bytes`)."""
         return minimum_budget(self.profile) + self._first.side_bytes
 
     @property
-    def store_all_budget(self) -> int:
-        """Bytes: the budget at which the example's call stores every stage: the store-all peak
-        plus the side values; a budget given as a fraction is of this."""
-        return store_all_budget(self._first)
+    def store_all_peak(self) -> int:
+        """Bytes: the example's call's peak when it stores every stage: the store-all peak plus the
+        side values; a budget given as a fraction or percentage is of this."""
+        return call_store_all_peak(self._first)
+
+    @property
+    def predicted_peak(self) -> int:
+        """Bytes: the example's call's predicted peak under :attr:`budget` (its plan's)."""
+        return self._plan(self._first, example=True).predicted_peak
+
+    least_budget = _renamed("least_budget", "least_peak")
+    store_all_budget = _renamed("store_all_budget", "store_all_peak")
 
     @property
     def plans(self) -> list[ShapePlan]:
@@ -321,11 +342,11 @@ class RematModel(nn.Module):
 
     def admit(self, cut: ShapeCut, example: bool) -> None:
         """NOTE [Order of a new cut]: refuse ``cut`` in one line, before its proof or any step, when
-        the budget is below the least it trains in (:attr:`least_budget`'s definition); a shape
+        the budget is below the least it trains in (:attr:`least_peak`'s definition); a shape
         after the example's runs its least-memory schedule instead under ``over_budget="least"``.
         The example's store-all peak turns a fraction of it into bytes."""
         if self.budget is None:
-            self.budget = resolve_budget(self._spec, store_all_budget(cut))
+            self.budget = resolve_budget(self._spec, call_store_all_peak(cut))
         need = minimum_budget(cut.profile) + cut.side_bytes
         if need <= self.budget:
             return
@@ -393,8 +414,8 @@ class RematModel(nn.Module):
 
     def with_budget(self, budget: int | float | str, strategy: str | None = None) -> RematModel:
         """The same model, cuts and profiles, solved again for another ``budget`` (no re-profiling);
-        a fraction or percentage is of the example's store-all peak (:attr:`store_all_budget`)."""
-        bytes_ = resolve_budget(budget, self.store_all_budget)
+        a fraction or percentage is of the example's store-all peak (:attr:`store_all_peak`)."""
+        bytes_ = resolve_budget(budget, self.store_all_peak)
         return RematModel(
             self._cuts,
             bytes_,

@@ -3,7 +3,7 @@ signature and mask branch, and its profile, measured or predicted (docs/models.m
 other shapes").
 
 A traced cut is specialised to the dtypes and constants of the call it was traced on, to the
-branch transformers' mask code took on it (:mod:`remat.trace.branches`), and to its shapes but
+branch transformers' mask code took on it (:mod:`remat.rewrite.branches`), and to its shapes but
 for the dimensions it is general in. Cuts are kept per signature, at most ``limit`` signatures
 (the least recently used goes first, and is cut again if it comes back).
 
@@ -64,7 +64,7 @@ DP tables, and the proof's copies off the device (files). Where the device is th
 an address-space cap, as benchmarks/does_not_fit.py emulates a device's limit), that state comes
 out of the same memory. The solver's filled tables are O(stages**2 * slots) bytes (tens of MiB
 at 200 stages) and only speed up a later solve of the same profile, so they are dropped after
-each solve (:func:`remat.solver.chain.dp.cache.release_tables`; the minima, fronts and answers,
+each solve (:func:`remat.solver.chain.dp.cache.release_tables`; the minima and fronts,
 small, are kept). Measured on the residual MLP of 200 blocks (benchmarks/does_not_fit.py's
 resmlp row, budget 0.5, uncapped, one thread, ``MALLOC_MMAP_THRESHOLD_=32768``): VmSize above the
 call's start after the solve +95 MiB before, +58 MiB after; VmRSS +86 before, +44 after.
@@ -87,12 +87,12 @@ from remat.measure.memory import allocated_bytes, storage_key
 from remat.measure.oom import OutOfMemory, memory_phase
 from remat.model_errors import one_line_errors
 from remat.profile.chain import profile_chain
+from remat.rewrite.branches import OtherBranchError, pinned_verdicts
 from remat.runtime.compiled import CompiledChain, compile_chain
 from remat.runtime.core import AutocastState
 from remat.schedules import ChainProfile, RematError
 from remat.solver.chain.dp.cache import release_tables
 from remat.solver.plan import GrowthModel, fit_growth
-from remat.trace.branches import OtherBranchError, pinned_verdicts
 from remat.trace.stage_errors import traced_location
 from remat.trace.stages import CutChain, leaf_check
 

@@ -1,7 +1,7 @@
 """The ``remat`` command line: ``main(argv)`` runs one command (docs/architecture.md, "cli").
 
 One module per command (solve, simulate, pareto, strategies, profile, execute, plan), each with
-its ``add_parser`` next to its ``run``; remat.cli.main builds the parser and turns errors into one
+its ``add_parser`` next to its ``run``; remat.cli.parser builds the parser and turns errors into one
 line.
 
 This file imports nothing heavy: the console script (``remat = "remat.cli:main"``) imports it
@@ -12,7 +12,6 @@ exit 130 with one line too, which only a ``main`` that does those imports itself
 from __future__ import annotations
 
 import sys
-import types
 from collections.abc import Sequence
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
@@ -20,15 +19,15 @@ EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``remat`` command (remat.cli.main.main); returns the exit status. With ``argv`` None
+    """Run the ``remat`` command (remat.cli.parser.main); returns the exit status. With ``argv`` None
     (the console script, ``python -m remat``) it also owns the process's signals: Ctrl-C at any
     moment, start-up imports included, and SIGTERM end in one line (exit 130, 143)."""
     console = argv is None
-    if console:
-        _interrupt_as_exception()  # from here Ctrl-C unwinds (NOTE [Ctrl-C from remat's first line])
-        _terminate_as_exception()
-    try:
-        from remat.cli.main import main as run
+    try:  # first: a signal between taking it over and the imports must unwind into the except below
+        if console:
+            _interrupt_as_exception()  # from here Ctrl-C unwinds (NOTE [Ctrl-C from remat's first line])
+            _terminate_as_exception()
+        from remat.cli.parser import main as run
 
         return run(argv)
     except KeyboardInterrupt:
@@ -40,6 +39,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             _ignore_interrupts()
 
 
+# NOTE [Ctrl-C from remat's first line]: the command takes SIGINT and SIGTERM over in the first
+# lines of ``main``, before the commands' imports (solvers, tqdm, jsonschema: ~0.5 s), so a Ctrl-C
+# at any moment from there ends in one line, exit 130. Before it run only the interpreter's
+# start-up and the imports of ``remat`` and ``remat.cli``, which load nothing (a millisecond).
+# This is the only place remat takes a signal: ``import remat`` and the library take none
+# (NOTE [import remat takes no signal], remat/__init__.py), remat/__main__.py only calls main, and
+# the HiGHS child, a process of its own, ignores SIGINT (NOTE [No solver takes a signal]).
 class _Terminated(BaseException):
     """SIGTERM in the remat process: unwinds like Ctrl-C, so that temporary files are removed."""
 
@@ -88,31 +94,12 @@ def _stopped(what: str, code: int, console: bool) -> int:
     return code
 
 
-class _Package(types.ModuleType):
-    """``remat.cli`` itself. Importing the submodule ``remat.cli.main`` binds it as the package's
-    attribute ``main`` (importlib does, after the submodule runs); this keeps ``remat.cli.main``
-    the function above, the name every caller and the console script use. The submodule stays
-    reachable as ``sys.modules["remat.cli.main"]`` and through ``from remat.cli.main import ...``."""
-
-    def __setattr__(self, name: str, value) -> None:  # noqa: ANN001 - ModuleType API
-        if name == "main" and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
-
-
 def __getattr__(name: str):  # the package's other names, imported when first used
     if name == "build_parser":
-        from remat.cli.main import build_parser
+        from remat.cli.parser import build_parser
 
         return build_parser
-    if name == "reference_peak":
-        from remat.solver.budget import reference_peak  # where it lives; the old path keeps working
-
-        return reference_peak
     raise AttributeError(f"module 'remat.cli' has no attribute {name!r}")
 
 
-__all__ = ["build_parser", "main", "reference_peak"]
+__all__ = ["build_parser", "main"]

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _execute_graph(args: argparse.Namespace, schedule) -> int:
     """``remat execute`` for a graph schedule: the graph replay (remat.replay.graph)."""
-    from remat.graph.profile import profile_graph
+    from remat.graph.profiler import profile_graph
     from remat.models.loading import resolve_device
     from remat.replay.graph import GraphReplay, compare_graph
 

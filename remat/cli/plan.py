@@ -2,7 +2,7 @@
 at a bounded overhead, for the optimal schedule, Chen's sqrt(n) and store-all. See docs/plan.md.
 
 Registered by :func:`add_parser`; errors are :class:`RematError` (one line, exit 2, printed
-by ``remat.cli.main.main``).
+by ``remat.cli.parser.main``).
 """
 
 from __future__ import annotations

@@ -43,9 +43,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _profile_graph(args: argparse.Namespace, model, x, device, name: str) -> int:
     try:
-        from remat.graph.profile import profile_graph
+        from remat.graph.profiler import profile_graph
     except ImportError as error:
-        raise RematError("--graph: the graph profiler (remat.graph.profile) is not available in this build") from error
+        raise RematError("--graph: the graph profiler (remat.graph.profiler) is not available in this build") from error
     profile = profile_graph(
         model,
         example_inputs=x,

@@ -20,12 +20,11 @@ from remat.cli.args import (
     output_file,
     seconds,
 )
-from remat.cli.budget import parse_budget
 from remat.cli.text import solve_lines
 from remat.schedules import load_profile, save_schedule
 from remat.schedules.simulator import check_schedule
 from remat.solver import STRATEGIES, solve
-from remat.solver.budget import profile_kind, reference_peak
+from remat.solver.budget import budget_bytes, profile_kind, reference_peak
 from remat.solver.chain.optimal import DEFAULT_SLOTS
 from remat.solver.graph.hierarchical import SLOTS as HIERARCHICAL_SLOTS
 from remat.solver.graph.ilp import DEFAULT_TIME_LIMIT, FORMULATIONS
@@ -43,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     """Solve, check the schedule in the simulator, write it (``-o``) and print what it is."""
     check_paths(args, {"PROFILE": "profile"}, {"-o": "output"})
     profile = load_profile(args.profile)
-    budget = parse_budget(args.budget, profile)
+    budget = budget_bytes(profile, args.budget, "--budget")
     strategy = args.strategy if args.strategy is not None else DEFAULT_STRATEGIES[profile_kind(profile)]
     options = {name: getattr(args, name, None) for name in STRATEGY_OPTIONS}
     with _elapsed_bar(profile, strategy, args.time_limit):

@@ -1,4 +1,4 @@
-"""The traced model cut into pieces (see :mod:`remat.graph.profile` for the rules): the
+"""The traced model cut into pieces (see :mod:`remat.graph.profiler` for the rules): the
 :class:`Piece` and :class:`GraphPlan` types, the cut, and the merge of pieces whose outputs
 nobody saves (docs/model.md, "Graphs")."""
 
@@ -15,8 +15,8 @@ import torch.fx as fx
 from torch import nn
 
 from remat.graph.execution import fetch_attr
+from remat.rewrite.nodes import is_heavy, is_random, uses_batchnorm
 from remat.schedules import GraphProfile
-from remat.trace.nodes import is_heavy, is_random, uses_batchnorm
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ def has_tensor(value: Any) -> bool:
 
 
 def cut_graph(gm: fx.GraphModule, values: dict[str, Any]) -> tuple[list[list[str]], dict[str, int]]:
-    """Assign each compute node to a piece (see :mod:`remat.graph.profile`); ``values`` are the
+    """Assign each compute node to a piece (see :mod:`remat.graph.profiler`); ``values`` are the
     nodes' values from a shape run. Returns the pieces' node names and the piece of every node
     that belongs to one."""
     piece_of: dict[str, int] = {}

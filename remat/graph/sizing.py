@@ -46,7 +46,7 @@ def build_plan(
 ) -> tuple[GraphPlan, list[Cost], list[Cost]]:
     """Trace ``model``, cut it into pieces, and size every graph node on the meta device.
 
-    Returns the plan (its profile has zero times and no metadata; :func:`remat.graph.profile.graph_plan`
+    Returns the plan (its profile has zero times and no metadata; :func:`remat.graph.profiler.graph_plan`
     fills them) and, per piece, ``(flops, bytes moved)`` of its forward and of its backward.
     """
     torch_dtype = parse_dtype(dtype)
@@ -328,7 +328,7 @@ def _edges(
     saved_inputs: Sequence[tuple[str, ...]],
     out_name: str,
 ) -> tuple[tuple[int, int], ...]:
-    """The edges ``(u, v)``, v reads u (see :mod:`remat.graph.profile`), sorted."""
+    """The edges ``(u, v)``, v reads u (see :mod:`remat.graph.profiler`), sorted."""
     edges: set[tuple[int, int]] = set()
     for p, piece in enumerate(pieces):
         for n in piece.inputs:

@@ -19,6 +19,7 @@ from remat.graph.execution import ConstCache, cast_copy
 from remat.graph.pieces import GraphPlan
 from remat.graph.recording import RecordedPiece, backward_piece, forward_piece, summed_output_grads
 from remat.measure.allocator import AllocatorMeter
+from remat.measure.state import kept_rng
 from remat.measure.timing import sync
 from remat.schedules import ProfileError
 
@@ -75,8 +76,7 @@ def measure_times(
     for p in gm.parameters():  # as in the replay's measurement: gradients are accumulated in place
         if p.requires_grad:
             p.grad = torch.zeros_like(p)
-    devices = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
+    with kept_rng():
         return _measure_forked(plan, gm, inputs, device, dtype, repeats)
 
 

@@ -1,6 +1,6 @@
-"""One call of a compiled model: what makes it compile anew (its input signature), its device,
-the RNG and buffers that let it run again unchanged, and the :class:`RematError` inside the
-exception torch wrapped it in."""
+"""One call of a compiled model: what makes it compile anew (its input signature), its device
+and the :class:`RematError` inside the exception torch wrapped it in (the RNG and buffers that
+let it run again unchanged: :class:`remat.measure.state.StepState`)."""
 
 from __future__ import annotations
 
@@ -38,25 +38,6 @@ def call_device(model: nn.Module, args: tuple, kwargs: dict) -> torch.device:
     return next((p.device for p in model.parameters()), torch.device("cpu"))
 
 
-def snapshot(model: nn.Module) -> tuple:
-    """The CPU (and CUDA) RNG states and a copy of every buffer, to run a call again unchanged."""
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
-    with torch.no_grad():
-        buffers = [(b, b.detach().clone()) for b in model.buffers()]
-    return torch.get_rng_state(), cuda, buffers
-
-
-def restore(model: nn.Module, state: tuple) -> None:
-    """Put back the RNG states and buffers :func:`snapshot` took."""
-    cpu, cuda, buffers = state
-    torch.set_rng_state(cpu)
-    if cuda is not None:
-        torch.cuda.set_rng_state_all(cuda)
-    with torch.no_grad():
-        for buffer, saved in buffers:
-            buffer.copy_(saved)
-
-
 def remat_error(error: BaseException) -> RematError | None:
     """The RematError inside an exception torch wrapped (BackendCompilerFailed and friends)."""
     seen: set[int] = set()
@@ -68,4 +49,4 @@ def remat_error(error: BaseException) -> RematError | None:
     return None
 
 
-__all__ = ["call_device", "input_signature", "remat_error", "restore", "snapshot"]
+__all__ = ["call_device", "input_signature", "remat_error"]

@@ -4,8 +4,8 @@ The model is compiled by inductor as usual (``dynamic=False``: every new input s
 graph, so each gets its own exact sizes and its own solve, kept by torch's compile cache; inductor's
 layout optimization off); only the partition of each joint graph into forward and backward is
 remat's (:class:`~remat.joint.partition.RematPartitioner`). After the first call, ``regions``,
-``plan``, ``schedule``, ``predicted_peak``, ``simulated_peak``, ``measured_peak``, ``least_peak``,
-``store_all_peak`` and ``predicted_ms`` describe the step of the latest call's input signature,
+``plan``, ``schedule``, ``budget``, ``predicted_peak``, ``simulated_peak``, ``measured_peak``,
+``least_peak``, ``store_all_peak`` and ``predicted_ms`` describe the step of the latest call's input signature,
 and ``plans`` holds every region plan made (one per region and input shape).
 """
 
@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten
 
-from remat.joint.call import call_device, input_signature, remat_error, restore, snapshot
+from remat.joint.call import call_device, input_signature, remat_error
 from remat.joint.choice import TIMED_ROUNDS, Measured, interleaved, kept_index, round_step_ms
 from remat.joint.min_cut import MIN_CUT_RATIOS
 from remat.joint.partition import RegionPlan, RematPartitioner, Session, resolve_budget
@@ -27,8 +27,10 @@ from remat.joint.solve import BelowLeast, Front
 from remat.joint.split import least_step_peak, split, step_peak
 from remat.measure.allocator import AllocatorMeter, cpu_meter_available
 from remat.measure.oom import memory_phase
+from remat.measure.state import StepState
 from remat.measure.timing import time_ms
 from remat.schedules import RematError, Schedule
+from remat.trace.loss import step_loss
 
 MAX_RERUNS = 4  # each rerun sees at least one more region than the last, or ends the loop
 MAX_REMEASURES = 3  # compiles after the first measured one: a probe, torch's own, its next ratio down; re-solves
@@ -159,12 +161,12 @@ class RematCompiled(nn.Module):
         session.step_budget, session.margin = None, 0  # a new signature starts from the budget alone
         session.assigned.clear()
         session.resplit = True
-        state = snapshot(self.model)
+        state = StepState(self.model)  # RNG and buffers, to run the call again unchanged
         tried: list[_Call] = []
         for remeasure in range(MAX_REMEASURES + 1):
             out, error = self._split_runs(args, kwargs, state)
             if not tried and self._at_the_least(error):  # the least simulated plans run, measured next
-                restore(self.model, state)
+                state.restore()
                 self._build()
                 refused = error
                 out, error = self._split_runs(args, kwargs, state)
@@ -173,20 +175,20 @@ class RematCompiled(nn.Module):
             plans, fronts, keys = tuple(session.call_plans), tuple(session.call_fronts), tuple(session.call_keys)
             call = _Call(plans, fronts, keys, compiled=self._compiled)
             if error is not None:  # refused: RNG and buffers as before the call (a region may have run)
-                restore(self.model, state)
+                state.restore()
                 return None, error, call
             if not self._measure_steps or not call.plans:
                 return out, error, call
             del out  # the measured step starts from nothing of this one
-            restore(self.model, state)
+            state.restore()
             tried.append(replace(call, measured=self._measure(args, kwargs)))
-            restore(self.model, state)
+            state.restore()
             if remeasure == MAX_REMEASURES or not self._remeasure(tried):
                 break
             self._build()  # the next plans compile anew; the tried ones keep their compiled graphs
         if len(tried) > 1:  # timed only where plans are compared (_best)
             tried = self._time_interleaved(tried, args, kwargs)
-            restore(self.model, state)
+            state.restore()
         best = self._best(tried)
         del tried  # the other compiled graphs go
         refusal = self._over_budget(best)
@@ -261,32 +263,32 @@ class RematCompiled(nn.Module):
         seen = [Measured(c.measured, c.step_ms, sum(p.chosen.ms for p in c.plans)) for c in tried]
         return tried[kept_index(seen, budget)]
 
-    def _split_runs(self, args: tuple, kwargs: dict, state: tuple) -> tuple[Any, RematError | None]:
+    def _split_runs(self, args: tuple, kwargs: dict, state: StepState) -> tuple[Any, RematError | None]:
         """Run the call until the split across its regions no longer changes (at most
         :data:`MAX_RERUNS` reruns; a split still changing after them is a one-line refusal)."""
         for rerun in range(MAX_RERUNS + 1):
             out, error = self._run(args, kwargs)
             if error is None and self._session.over_share and len(self._session.call_fronts) < 2:
-                restore(self.model, state)  # one region over its share: nothing to split, refused
+                state.restore()  # one region over its share: nothing to split, refused
                 self._build()
                 return None, BelowLeast(self._session.over_share[0])
             try:
                 split_budget = self._resplit(error)
             except BelowLeast as refused:  # the step's regions cannot meet the budget together
-                restore(self.model, state)
+                state.restore()
                 self._build()
                 return None, refused
             if split_budget is None:
                 return out, error
             if rerun == MAX_RERUNS:
-                restore(self.model, state)
+                state.restore()
                 self._build()
                 return None, RematError(
                     f"remat.compile: the split of the budget across {len(self._session.call_fronts)} compiled "
                     f"regions still changed after {MAX_RERUNS + 1} runs; the call is refused"
                 )
             self._session.step_budget = split_budget
-            restore(self.model, state)
+            state.restore()
             self._build()
         raise AssertionError("unreachable")  # the loop returns on its last pass
 
@@ -338,10 +340,7 @@ class RematCompiled(nn.Module):
         outputs = [t for t in leaves if isinstance(t, torch.Tensor) and t.grad_fn is not None]
         outputs = [t for t in outputs if t.dim() == 0] or outputs  # the loss the user steps on
         if outputs and inputs:
-            # one scalar loss is stepped on as it is (``loss.backward()``): its ``sum()`` would be
-            # a 4-byte tensor the user's step does not hold, and a plan whose step meets the
-            # budget to the byte would measure above it
-            loss = outputs[0] if len(outputs) == 1 and outputs[0].dim() == 0 else sum(t.sum() for t in outputs)
+            loss = step_loss(outputs)  # a scalar loss as it is, as the user's step holds it
             torch.autograd.grad(loss, inputs, allow_unused=True)
             del loss
         del out, leaves, outputs
@@ -457,7 +456,7 @@ class RematCompiled(nn.Module):
         partition: simulated 19290116 bytes, 15% above the 16747656 its compiled step measures;
         its loss region's logits and softmax are fused), hence the 20% reach; one that measures
         above the budget is never kept. With the joint graph merged as torch's partitioner
-        merges it (``remat.joint.profile.apply_torch_safety``), remat's graphs of torch's save set
+        merges it (``remat.joint.joint_profile.apply_torch_safety``), remat's graphs of torch's save set
         measure what torch.compile's do. It costs one compile.
 
         NOTE [A torch partition above the budget gives way to the next ratio down]: the reach
@@ -531,6 +530,12 @@ class RematCompiled(nn.Module):
         simulation counts value by value), or the simulated peak where it was not measured."""
         measured = self._latest().measured
         return self.simulated_peak if measured is None else measured
+
+    @property
+    def budget(self) -> int:
+        """The step's budget (bytes) for the latest call's signature: the budget given, or its
+        share of :attr:`store_all_peak`."""
+        return _budget_bytes(self._session, self._latest().fronts)
 
     @property
     def least_peak(self) -> int:

@@ -39,7 +39,7 @@ from unittest import mock
 from torch import fx
 from torch._functorch import partitioners as tp
 
-from remat.joint.profile import JointProfile
+from remat.joint.joint_profile import JointProfile
 from remat.schedules import RematError
 
 MIN_CUT_RATIOS = tuple(k / 10 for k in range(11))  # torch.compile's activation_memory_budget, 0.0 to 1.0

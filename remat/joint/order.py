@@ -42,8 +42,8 @@ from torch._inductor import config as inductor_config
 from torch._subclasses.fake_tensor import FakeScriptObject
 from torch.fx.experimental.symbolic_shapes import find_symbol_binding_fx_nodes, free_symbols, is_symbol_binding_fx_node
 
+from remat.joint.joint_profile import JointProfile
 from remat.joint.plan import Realized, close_saved, cost_of_orders
-from remat.joint.profile import JointProfile
 
 
 class Uncovered(Exception):

@@ -2,7 +2,7 @@
 
 Inductor calls it once per compiled region (each graph between graph breaks, again for each new
 input shape) with AOTAutograd's joint graph, after its own joint-graph passes. It profiles the
-joint graph (:mod:`remat.joint.profile`, :mod:`remat.joint.timing`), solves the region's share of
+joint graph (:mod:`remat.joint.joint_profile`, :mod:`remat.joint.timing`), solves the region's share of
 the budget (:mod:`remat.joint.solve`), records the :class:`RegionPlan` on its session and returns
 the forward and backward graphs of the chosen save set (:mod:`remat.joint.plan`).
 
@@ -35,9 +35,9 @@ from torch._functorch import partitioners as tp
 from torch._inductor.custom_graph_pass import CustomPartitionerFn
 
 from remat.joint.heap import collect_garbage, paused_collector
+from remat.joint.joint_profile import JointProfile, apply_torch_safety, joint_profile
 from remat.joint.min_cut import MIN_CUT_RATIOS, check_ratios, min_cut_save_sets
 from remat.joint.plan import Realized, realize
-from remat.joint.profile import JointProfile, apply_torch_safety, joint_profile
 from remat.joint.solve import BelowLeast, Front, solve_front
 from remat.joint.timing import TIME_SOURCES, node_times
 from remat.schedules import RematError, Schedule

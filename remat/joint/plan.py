@@ -17,7 +17,7 @@ The one simulator's peak of that schedule is the prediction; a save set is never
 solver's own (more general) schedule, which may recompute a value several times or free a saved
 value in the middle of the backward, what one forward/backward pair cannot do.
 
-Torch's safety rule holds by construction: a pinned value (:mod:`remat.joint.profile`) the
+Torch's safety rule holds by construction: a pinned value (:mod:`remat.joint.joint_profile`) the
 backward would recompute is added to the saved set, until none is recomputed.
 
 Units: bytes (int), milliseconds (float).
@@ -34,7 +34,7 @@ from torch import fx
 from torch._functorch import partitioners as tp
 from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
-from remat.joint.profile import JointProfile
+from remat.joint.joint_profile import JointProfile
 from remat.schedules import Op, RematError, simulate_graph
 
 

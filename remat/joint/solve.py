@@ -33,9 +33,9 @@ from dataclasses import dataclass, replace
 from torch import fx
 
 from remat.joint.heap import collect_garbage
+from remat.joint.joint_profile import JointProfile
 from remat.joint.order import JointOrder, Uncovered
 from remat.joint.plan import Realized, held_at_backward, realize
-from remat.joint.profile import JointProfile
 from remat.schedules import RematError, simulate_graph
 from remat.schedules.units import format_size
 from remat.solver.graph import hierarchical, ilp

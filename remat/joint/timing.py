@@ -2,7 +2,7 @@
 
 ``measured`` (the default): the joint graph runs eagerly, node by node, on fresh real tensors
 with the fake inputs' shapes, strides and dtypes (floats from a normal distribution, integers and booleans
-zero, so an index is always in range), under :func:`torch.random.fork_rng` so the user's RNG
+zero, so an index is always in range), under :func:`remat.measure.state.kept_rng` (``fork_rng``) so the user's RNG
 stream is untouched; each node's time is the least of ``repeats`` runs after one warm-up whose
 times do not count (``time.perf_counter``, after a device sync). These are eager op times:
 inductor fuses pointwise chains, so a recomputed pointwise op costs less in the compiled step than
@@ -34,7 +34,8 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import flop_registry
 
-from remat.joint.profile import tensor_bytes
+from remat.joint.joint_profile import tensor_bytes
+from remat.measure.state import kept_rng
 
 BYTES_PER_MS = 10e9 / 1e3  # 10 GB/s: a conservative CPU memory bandwidth
 FLOPS_PER_MS = 20e9 / 1e3  # 20 GFLOP/s: one CPU core's float32 matmul rate, roughly
@@ -117,7 +118,7 @@ def node_times(
     done = "measured"
     with (
         unset_fake_temporarily(),  # NOTE [Timing real tensors inside a compile]
-        torch.random.fork_rng(devices=[device] if device is not None and device.type == "cuda" else []),
+        kept_rng(),
         torch.no_grad(),
     ):
         try:

@@ -5,7 +5,7 @@ cutting and profiling it costs the shapes only, for a 7B model as for a tiny one
 eager model would read from data are given here:
 
 * **Hugging Face's mask decisions** (:func:`transformers_decisions_on_meta`): the cut pins them to
-  what eager decides on the example (:mod:`remat.trace.branches`), but eager cannot decide on meta
+  what eager decides on the example (:mod:`remat.rewrite.branches`), but eager cannot decide on meta
   (``Tensor.item()``). NOTE [Mask decisions on meta].
 * **Which attention kernel runs** (:class:`AttentionKernelAsOnCpu`): ``scaled_dot_product_attention``
   on meta tensors always takes the math path, which saves the ``L x S`` probabilities; the CPU (and
@@ -28,8 +28,8 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from remat.trace.branches import MODULE as MASKS_MODULE
-from remat.trace.branches import PINNED
+from remat.rewrite.branches import MODULE as MASKS_MODULE
+from remat.rewrite.branches import PINNED
 
 # NOTE [Mask decisions on meta]
 # transformers decides from the values of the attention mask and the position ids whether to skip
@@ -53,7 +53,7 @@ def _stand_in(value: Any) -> Any:
 
 
 def _on_meta_stand_ins(original: Callable) -> Callable:
-    @functools.wraps(original)  # inspect.unwrap finds the original (remat.trace.branches.same_branch)
+    @functools.wraps(original)  # inspect.unwrap finds the original (remat.rewrite.branches.same_branch)
     def decide(*args: Any, **kwargs: Any) -> Any:
         if not any(isinstance(v, torch.Tensor) and v.device.type == "meta" for v in (*args, *kwargs.values())):
             return original(*args, **kwargs)
@@ -65,7 +65,7 @@ def _on_meta_stand_ins(original: Callable) -> Callable:
 
 @contextlib.contextmanager
 def transformers_decisions_on_meta() -> Iterator[None]:
-    """Inside: transformers' data-dependent mask decisions (:data:`remat.trace.branches.PINNED`)
+    """Inside: transformers' data-dependent mask decisions (:data:`remat.rewrite.branches.PINNED`)
     taken on meta tensors as on the plan's example (NOTE [Mask decisions on meta]); a no-op when
     transformers is not imported. Real tensors are decided as always."""
     module = sys.modules.get(MASKS_MODULE)

@@ -25,12 +25,12 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from remat.measure.state import StepState
 from remat.models.arguments import parse_vary  # torch-free; re-exported
 from remat.models.loading import chain_for, example_call, load_model
 from remat.models.meta import AttentionKernelAsOnCpu, count_cpu_flash_attention_flops, transformers_decisions_on_meta
 from remat.profile.chain import profile_chain
 from remat.profile.flops import stage_flops
-from remat.profile.stage import ModelState
 from remat.schedules import ChainProfile, RematError
 from remat.trace.capture import TrainingStep
 from remat.trace.chain import Chain, as_chain
@@ -57,7 +57,7 @@ def check_chain_matches(model: nn.Module, chain: Chain, x: torch.Tensor) -> None
     """Refuse a chain whose output differs from the model's on ``x`` (same RNG; bit for bit)."""
     if chain is model:
         return
-    state = ModelState(model, x.device)
+    state = StepState(model, grads="same")
     try:
         with torch.no_grad():
             torch.manual_seed(0)

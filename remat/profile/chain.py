@@ -55,17 +55,18 @@ from torch import nn
 
 from remat.measure.allocator import AllocatorMeter
 from remat.measure.memory import allocated_bytes, storage_key, untracked
+from remat.measure.state import RngState, StepState
 from remat.measure.timing import StageTimer, time_ms
 from remat.profile.options import with_measured_options
 from remat.profile.stage import (
-    ModelState,
     existing_storages,
     outside_storages,
     record_and_backward_memory,
     recorded,
     run_backward,
+    zeroed_grads,
 )
-from remat.runtime.core import RngState, accelerator_devices, grad_leaf, trainable_params, uncached_casts
+from remat.runtime.core import accelerator_devices, grad_leaf, trainable_params, uncached_casts
 from remat.schedules import ChainProfile, RematError, Stage
 from remat.trace import boundary
 from remat.trace.boundary import (
@@ -384,10 +385,10 @@ def profile_chain(
     chain = as_chain(model)
     device = example_input.device
     meta = device.type == "meta"
-    state = ModelState(chain, device)
+    state = StepState(chain, grads="same")
     input_grad = True if input_grad is None else bool(input_grad)
     try:
-        state.zero_grads()
+        zeroed_grads(chain)
         x = example_input.detach()
         _warm_up(chain, x, 0 if meta else max(0, warmup))
         stages, estimated = _measure_stages(chain, x, 0 if meta else warmup, progress, stage_times, input_grad)
@@ -481,7 +482,7 @@ def check_profile_matches(profile: ChainProfile, model: nn.Module | Chain, x: to
         raise RematError(f"{where} was measured on {meta['device_type']}, not {x.device.type}: profile it there")
     if profile.input_size != allocated_bytes(x):
         raise RematError(f"{where}: input_size {profile.input_size} bytes does not match this input")
-    state = ModelState(chain, x.device)
+    state = StepState(chain, grads="same")
     outside = outside_storages(chain, x)
     try:
         with torch.no_grad(), untracked():

@@ -29,10 +29,10 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from remat.measure.state import StepState
 from remat.profile.chain import time_chain
-from remat.profile.stage import ModelState
 from remat.trace import boundary
-from remat.trace.boundary import Boundary, each, ones_like, requires_grad, tensors
+from remat.trace.boundary import Boundary, each, ones_like, requires_grad
 from remat.trace.chain import as_chain
 
 
@@ -42,7 +42,7 @@ def stage_flops(stage: nn.Module, x: Boundary) -> tuple[int, int]:
 
     The forward is a recording one on a leaf that requires grad, so the backward includes the
     input gradient, as in a training step. Buffers (BatchNorm statistics) are restored."""
-    state = ModelState(stage, tensors(x)[0].device)
+    state = StepState(stage, grads="same")
     try:
         leaf = each(lambda t: t.detach().requires_grad_(t.is_floating_point()), x)
         with FlopCounterMode(display=False) as forward_counter, torch.enable_grad():
@@ -92,7 +92,7 @@ def measure_rates(
     chain = as_chain(model)
     if len(kinds) != len(chain):
         raise ValueError(f"kinds: {len(kinds)} labels for {len(chain)} stages")
-    state = ModelState(chain, example_input.device)
+    state = StepState(chain, grads="same")
     try:
         with torch.no_grad():  # FLOPs per stage, on each stage's real input
             inputs = []

@@ -32,14 +32,15 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from remat.measure.state import StepState
 from remat.measure.timing import time_ms
 from remat.profile.stage import (
-    ModelState,
     existing_storages,
     outside_storages,
     record_and_backward_memory,
     recorded,
     run_backward,
+    zeroed_grads,
 )
 from remat.runtime.core import grad_leaf, uncached_casts
 from remat.runtime.policies import applicable_policies, selective_forward
@@ -132,10 +133,10 @@ def with_measured_options(
     device = example_input.device
     if device.type == "meta":
         return profile  # nothing runs on meta: recomputation has no time to measure
-    state = ModelState(chain, device)
+    state = StepState(chain, grads="same")
     stages = []
     try:
-        state.zero_grads()
+        zeroed_grads(chain)
         x = example_input.detach()
         outside = outside_storages(chain, x)
         sizes = [profile.input_size, *(s.output_size for s in profile.stages)]  # a_i's bytes

@@ -1,5 +1,5 @@
 """The per-stage measurement that the chain profiler, the options profiler and the batch profiles
-share: the model state a measurement must leave as it found, the storages that existed before a
+share: the zeroed gradients a measurement starts from, the storages that existed before a
 forward, the backward of a measured step, and one metered recording forward with its backward.
 Sizes in bytes."""
 
@@ -19,34 +19,13 @@ from remat.trace import boundary
 from remat.trace.boundary import Boundary, boundary_bytes, ones_like, tensors
 
 
-class ModelState:
-    """Snapshot of what profiling could change: buffers, parameter gradients, RNG (CPU, and the
-    device's on CUDA); :meth:`restore` puts them back."""
-
-    def __init__(self, module: nn.Module, device: torch.device) -> None:
-        self.module = module
-        with untracked(), torch.no_grad():
-            self.buffers = [(b, b.detach().clone()) for b in module.buffers()]
-        self.grads = [(p, p.grad) for p in module.parameters()]
-        self.cpu_rng = torch.get_rng_state()
-        self.cuda_rng = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
-        self.device = device
-
-    def zero_grads(self) -> None:
-        """Pre-allocate zeroed gradients (the replay's measurement condition) without touching the originals."""
-        with untracked():
-            for p, _ in self.grads:
-                if p.requires_grad:
-                    p.grad = torch.zeros_like(p)
-
-    def restore(self) -> None:
-        for b, saved in self.buffers:
-            b.data.copy_(saved)
-        for p, grad in self.grads:
-            p.grad = grad
-        torch.set_rng_state(self.cpu_rng)
-        if self.cuda_rng is not None:
-            torch.cuda.set_rng_state(self.cuda_rng, self.device)
+def zeroed_grads(module: nn.Module) -> None:
+    """Pre-allocate zeroed parameter gradients (the replay's measurement condition) as new tensors,
+    the parameters' own left to the :class:`~remat.measure.state.StepState` that keeps them."""
+    with untracked():
+        for p in module.parameters():
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
 
 
 def outside_storages(chain: nn.Module, x: Boundary) -> frozenset:
@@ -155,11 +134,11 @@ def record_and_backward_memory(
 
 
 __all__ = [
-    "ModelState",
     "Recorded",
     "existing_storages",
     "outside_storages",
     "record_and_backward_memory",
     "recorded",
     "run_backward",
+    "zeroed_grads",
 ]

@@ -51,6 +51,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from remat.measure.state import kept_buffers
 from remat.replay.matching import solved_ops
 from remat.runtime.core import (
     BufferSnapshots,
@@ -66,7 +67,7 @@ from remat.runtime.core import (
     trainable_params,
     uncached_casts,
 )
-from remat.runtime.policies import require_policy, restored_buffers, selective_forward
+from remat.runtime.policies import require_policy, selective_forward
 from remat.runtime.release import released_backward
 from remat.schedules import ChainProfile, Op, RematError, Schedule, ScheduleError, Stage, parse_ops, simulate
 from remat.trace.boundary import Boundary, detached, each, like, requires_grad, tensors
@@ -189,7 +190,7 @@ class _Step:
             pending = [(out, g_out)]
             del out, g_out
             if option:  # the backward reruns part of the forward: keep buffers as they are
-                with restored_buffers(self.owner.chain.stages[i]):
+                with kept_buffers(self.owner.chain.stages[i]):
                     self._stage_backward(i, leaf, pending)
             else:
                 self._stage_backward(i, leaf, pending)

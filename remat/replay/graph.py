@@ -1,7 +1,7 @@
 """Replay a graph schedule (compute/free ops) as an ordinary training step of a real model.
 
 :class:`GraphReplay` wraps a model, the graph profile made from it by
-:func:`remat.graph.profile.profile_graph` and a graph schedule solved for that profile.
+:func:`remat.graph.profiler.profile_graph` and a graph schedule solved for that profile.
 A training loop uses it unchanged::
 
     wrapped = GraphReplay(model, schedule, profile)
@@ -9,7 +9,7 @@ A training loop uses it unchanged::
 
 Calling it runs the schedule's forward phase (the ops before ``compute grad:output``) inside a
 custom ``autograd.Function``; that Function's ``backward`` runs the remaining ops. Node kinds map
-onto tensors as the profile's mapping says (module docstring of :mod:`remat.graph.profile`):
+onto tensors as the profile's mapping says (module docstring of :mod:`remat.graph.profiler`):
 
 * ``compute fwd:p``: run piece p recording its autograd graph (``forward_piece``); the executor
   holds the piece's outputs and, through them, its saved tensors. Inputs come from the
@@ -49,7 +49,7 @@ from torch import nn
 
 from remat.graph.execution import ConstCache, fetch_attr
 from remat.graph.pieces import GraphPlan
-from remat.graph.profile import graph_plan
+from remat.graph.profiler import graph_plan
 from remat.graph.recording import RecordedPiece, backward_piece, forward_piece
 from remat.graph.sizing import GRAD_OUTPUT_NAME
 from remat.replay.matching import solved_ops
@@ -90,7 +90,9 @@ def _plan_for(model: nn.Module, profile: GraphProfile) -> GraphPlan:
     meta = profile.metadata
     for key in ("structure_sha256", "input_shapes", "input_dtypes", "dtype"):
         if key not in meta:
-            raise ProfileError(f"metadata.{key}: missing; the graph replay needs a profile made by remat.graph.profile")
+            raise ProfileError(
+                f"metadata.{key}: missing; the graph replay needs a profile made by remat.graph.profiler"
+            )
     example = tuple(
         torch.empty(tuple(shape), dtype=getattr(torch, dtype), device="meta")
         for shape, dtype in zip(meta["input_shapes"], meta["input_dtypes"], strict=True)

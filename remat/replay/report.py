@@ -35,11 +35,11 @@ import torch
 
 from remat.measure.allocator import AllocatorMeter, LivePhases, tensor_meter
 from remat.measure.memory import allocation_size, untracked
+from remat.measure.state import StepState
 from remat.measure.timing import sync
 from remat.profile.chain import check_profile_matches
 from remat.replay.chain import RematChain
 from remat.runtime.core import AutocastState
-from remat.runtime.policies import restored_buffers
 from remat.schedules import (
     ChainProfile,
     OpRecord,
@@ -49,6 +49,7 @@ from remat.schedules import (
     format_size,
     simulate,
 )
+from remat.trace.loss import step_loss
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,8 @@ def loss_step(
     """One training step of :data:`STEPS` kind ``kind`` (``"auto"``: ``"model loss"`` when the
     output is a scalar, else ``"output"``; the kind run is ``step.kind``). A loss (``"loss"``,
     ``"model loss"``: the chain's scalar output) is held through its ``backward()``, as a training
-    loop holds it. The default (``"output"``) differentiates ``(wrapped(*inputs) * r).sum()``; ``r``
+    loop holds it. The default (``"output"``) differentiates ``(wrapped(*inputs) * r).sum()`` (a
+    scalar output as it is: :func:`~remat.trace.loss.step_loss`, the one definition); ``r``
     is ``weights[0]``, drawn at random (untracked) after the first forward when ``weights`` is
     empty, so autograd hands the replay a full-size output gradient. ``call``: the forward to run
     instead of ``wrapped(*inputs)`` (the user's whole call, e.g. ``remat.checkpoint``'s model,
@@ -117,15 +119,12 @@ def loss_step(
         out = call() if call is not None else wrapped(*inputs)
         if step.kind == "auto":
             step.kind = "model loss" if out.dim() == 0 else "output"
-        if step.kind != "output":
-            if out.dim() != 0:
-                raise RematError(f"step: the {step.kind} must be a scalar, got shape {tuple(out.shape)}")
-            out.backward()
-            return
-        if not weights:
+        if step.kind != "output" and out.dim() != 0:
+            raise RematError(f"step: the {step.kind} must be a scalar, got shape {tuple(out.shape)}")
+        if not weights and out.dim() != 0:
             with untracked():
                 weights.append(torch.randn_like(out))
-        loss = (out * weights[0]).sum()
+        loss = step_loss(out, lambda _: weights[0])
         del out
         loss.backward()
 
@@ -169,7 +168,8 @@ def measure_steps(
     Every step is metered by the allocator alone; the largest peak is reported, with the per-op
     timeline of that step if ``timeline``. The live-tensor tracker runs in one more step of its
     own, a diagnostic, after which the parameters' gradients, the buffers (BatchNorm statistics)
-    and the RNG are put back as the last measured step left them (:func:`_restoring`), so
+    and the RNG are put back as the last measured step left them (a
+    :class:`~remat.measure.state.StepState`), so
     ``steps=1`` is still exactly one training step. Not both meters at once: under the tracker
     autograd stops adding gradients in place (see :func:`meter_step`), so the allocator would
     see more than the step allocates without it. Time is the fastest of ``steps`` separate,
@@ -191,7 +191,7 @@ def measure_steps(
         bookkeeping = max(bookkeeping, meter.bookkeeping_peak)
         if meter.peak_bytes > peak:
             peak, records = meter.peak_bytes, _op_records(meter, ops, input_bytes)
-    with _restoring(wrapped, device):
+    with StepState(wrapped, grads="copy"):
         tracker, ops = _metered(wrapped, step, tensor_meter(device), device, timeline)
     times = time_steps(wrapped, step, device, max(1, steps) if timed else 0)
     return Measurement(
@@ -218,25 +218,6 @@ def _metered(wrapped: torch.nn.Module, step: Callable[[], None], meter, device: 
     return meter, ops
 
 
-@contextlib.contextmanager
-def _restoring(module: torch.nn.Module, device: torch.device) -> Iterator[None]:
-    """Put ``module``'s parameter gradients and buffers and the RNG (CPU, and ``device``'s if CUDA)
-    back as they were when the block started: a diagnostic step leaves no trace."""
-    with untracked(), torch.no_grad():
-        grads = [(p, None if p.grad is None else p.grad.detach().clone()) for p in module.parameters()]
-    cpu_rng = torch.get_rng_state()
-    cuda_rng = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
-    try:
-        with restored_buffers(module):
-            yield
-    finally:
-        for p, saved in grads:
-            p.grad = saved
-        torch.set_rng_state(cpu_rng)
-        if cuda_rng is not None:
-            torch.cuda.set_rng_state(cuda_rng, device)
-
-
 def step_allocator_peak(
     module: torch.nn.Module,
     step: Callable[[], torch.Tensor],
@@ -250,7 +231,7 @@ def step_allocator_peak(
     (BatchNorm statistics) and the RNG are restored afterwards. ``step`` may run remat or the
     plain model: both are measured alike. Bytes."""
     peak = 0
-    with _restoring(module, device):
+    with StepState(module, grads="copy"):
         for k in range(max(0, warmup) + max(1, steps)):
             prepare_grads(module)
             sync(device)

@@ -39,8 +39,9 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
 
+from remat.measure.state import RngState, kept_buffers
 from remat.runtime.core import grad_leaf
-from remat.runtime.policies import _policy, applicable_policies, restored_buffers, selective_forward
+from remat.runtime.policies import _policy, applicable_policies, selective_forward
 from remat.schedules import RematError
 from remat.trace.chain import Chain, as_chain
 from remat.trace.stages import CutStage
@@ -158,11 +159,11 @@ def _difference(got: torch.Tensor | None, want: torch.Tensor | None) -> float:
     return diff / scale if scale > 0 else (0.0 if diff == 0 else float("inf"))
 
 
-def _results(what: str, run: Callable, x: torch.Tensor, stage: nn.Module, params: list, rng: torch.Tensor) -> list:
+def _results(what: str, run: Callable, x: torch.Tensor, stage: nn.Module, params: list, rng: RngState) -> list:
     """What ``run`` computes on ``x`` for check ``what``, from the RNG state ``rng``, with the
     stage's buffers put back afterwards (compiled and eager runs start alike)."""
-    with restored_buffers(stage):
-        torch.set_rng_state(rng)
+    with kept_buffers(stage):
+        rng.restore()
         if what == "no-grad forward":
             with torch.no_grad():
                 return [run(x)]
@@ -194,7 +195,7 @@ def check_stage(compiled: CompiledStage, x: torch.Tensor, name: str, options: Se
         compiled._checked.add(option)
         runs.append((f"option '{option}'", functools.partial(compiled.remat_option_forward, name=option),
                      functools.partial(selective_forward, stage, name=option)))  # fmt: skip
-    rng = torch.get_rng_state()
+    rng = RngState.current()
     try:
         for what, got_run, want_run in runs:
             got, want = (_results(what, run, x, stage, params, rng) for run in (got_run, want_run))
@@ -208,7 +209,7 @@ def check_stage(compiled: CompiledStage, x: torch.Tensor, name: str, options: Se
                     f"{worst:.2e} of its scale (tolerance {tolerance:g}); refused{hint}"
                 )
     finally:
-        torch.set_rng_state(rng)
+        rng.restore()
 
 
 class CompiledChain(Chain):

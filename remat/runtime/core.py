@@ -44,6 +44,7 @@ import torch
 from torch.autograd.graph import _get_grad_fn_or_grad_acc
 
 from remat.measure.memory import notify_resized, untracked
+from remat.measure.state import RngState
 from remat.schedules import RematError
 from remat.trace.boundary import Boundary, can_have_grad, each
 
@@ -153,56 +154,6 @@ def outside_autocast() -> Iterator[None]:
         return
     with AutocastState.of_key(()).entered():
         yield
-
-
-def _device_module(device: torch.device):
-    return getattr(torch, device.type)
-
-
-@dataclass(frozen=True)
-class RngState:
-    """The CPU generator's state and that of each accelerator device in ``devices``."""
-
-    cpu: torch.Tensor
-    devices: tuple[tuple[torch.device, torch.Tensor], ...]
-
-    @staticmethod
-    def current(devices: Sequence[torch.device]) -> RngState:
-        # not untracked() here: BufferSnapshots.rng decides whether a step's read is counted
-        cpu = torch.get_rng_state()
-        states = tuple((d, _device_module(d).get_rng_state(d.index)) for d in devices)
-        return RngState(cpu, states)
-
-    def copy_into(self, other: RngState | None) -> RngState:
-        """These states in ``other``'s tensors (no allocation) when they fit, else in new copies
-        made as remat's own state (``untracked()``, like the buffer snapshots)."""
-        fits = (
-            other is not None
-            and other.cpu.shape == self.cpu.shape
-            and len(other.devices) == len(self.devices)
-            and all(a == c and b.shape == d.shape for (a, b), (c, d) in zip(self.devices, other.devices, strict=True))
-        )
-        if not fits:
-            with untracked():
-                return RngState(self.cpu.clone(), tuple((d, t.clone()) for d, t in self.devices))
-        other.cpu.copy_(self.cpu)
-        for (_, mine), (_, theirs) in zip(self.devices, other.devices, strict=True):
-            theirs.copy_(mine)
-        return other
-
-    def same_as(self, other: RngState | None) -> bool:
-        """Whether ``other`` holds the same generator states (then one copy serves both)."""
-        return (
-            other is not None
-            and torch.equal(self.cpu, other.cpu)
-            and len(self.devices) == len(other.devices)
-            and all(a == c and torch.equal(b, d) for (a, b), (c, d) in zip(self.devices, other.devices, strict=True))
-        )
-
-    def restore(self) -> None:
-        torch.set_rng_state(self.cpu)
-        for device, state in self.devices:
-            _device_module(device).set_rng_state(state, device.index)
 
 
 def accelerator_devices(tensors: Iterable[torch.Tensor]) -> tuple[torch.device, ...]:
@@ -591,7 +542,6 @@ __all__ = [
     "shared_params",
     "Recomputer",
     "ReplayFunction",
-    "RngState",
     "accelerator_devices",
     "grad_input",
     "release_output_grad",

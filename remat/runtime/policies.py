@@ -14,15 +14,15 @@ The op names are ATen overload packets as the dispatcher sees them inside a reco
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
+from remat.cache import memo
 from remat.runtime.core import grad_leaf
 from remat.schedules import RematError
 
@@ -59,7 +59,7 @@ def _resolve(names: tuple[str, ...]) -> frozenset:
     return frozenset(packet for packet in packets if packet is not None)
 
 
-@functools.cache
+@memo()
 def _policy(name: str) -> Callable:
     keep = _resolve(POLICIES[name])
 
@@ -126,18 +126,4 @@ def applicable_policies(stage: nn.Module, x: torch.Tensor) -> list[str]:
     return [name for ops, name in kept.items() if ops]
 
 
-@contextlib.contextmanager
-def restored_buffers(stage: torch.nn.Module) -> Iterator[None]:
-    """Put ``stage``'s buffers back as they were once the block ends: the backward of an option
-    reruns part of the forward, which would update BatchNorm's running statistics a second time."""
-    with torch.no_grad():
-        saved = [(b, b.detach().clone()) for b in stage.buffers()]
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for buffer, value in saved:
-                buffer.copy_(value)
-
-
-__all__ = ["POLICIES", "applicable_policies", "require_policy", "restored_buffers", "selective_forward"]
+__all__ = ["POLICIES", "applicable_policies", "require_policy", "selective_forward"]

@@ -13,7 +13,7 @@ from remat.schedules.io import (
     save_schedule,
     write_json,
 )
-from remat.schedules.profile import (
+from remat.schedules.profiles import (
     CHAIN_FORMAT,
     GRAPH_FORMAT,
     ChainProfile,

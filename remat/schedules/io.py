@@ -10,7 +10,7 @@ from typing import Any
 
 from remat.schedules.errors import ProfileError, RematError, ScheduleError
 from remat.schedules.files import write_text_atomic
-from remat.schedules.profile import CHAIN_FORMAT, GRAPH_FORMAT, ChainProfile, GraphProfile
+from remat.schedules.profiles import CHAIN_FORMAT, GRAPH_FORMAT, ChainProfile, GraphProfile
 from remat.schedules.schedule import SCHEDULE_FORMAT, Schedule
 from remat.schedules.schema import validate
 

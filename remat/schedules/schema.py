@@ -8,18 +8,18 @@ formats for other tools. The loaders check every file against them after the dat
 from __future__ import annotations
 
 import json
-from functools import cache
 from importlib import resources
 from typing import Any
 
 import jsonschema
 
+from remat.cache import memo
 from remat.schedules.errors import RematError
 
 SCHEMA_NAMES = ("remat-chain-v1", "remat-graph-v1", "remat-schedule-v1")
 
 
-@cache
+@memo()
 def load_schema(name: str) -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of format ``name``, e.g. ``remat-chain-v1``."""
     if name not in SCHEMA_NAMES:
@@ -28,7 +28,7 @@ def load_schema(name: str) -> dict[str, Any]:
     return json.loads(text)
 
 
-@cache
+@memo()
 def _validator(name: str) -> jsonschema.protocols.Validator:
     return jsonschema.Draft202012Validator(load_schema(name))
 

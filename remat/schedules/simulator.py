@@ -40,8 +40,9 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from remat.cache import KeyedCache
 from remat.schedules.errors import ScheduleError
-from remat.schedules.profile import ChainProfile, GraphProfile
+from remat.schedules.profiles import ChainProfile, GraphProfile
 from remat.schedules.schedule import Op, Prediction, Schedule, parse_ops
 
 
@@ -116,18 +117,13 @@ def _simulate_chain_fast(profile: ChainProfile, ops: Sequence[Op]) -> Simulation
     return SimulationResult(int(peak), float(compute), float(recompute), ())
 
 
-_ARRAYS: dict[str, tuple | None] = {}  # per profile digest; cleared past a few entries
+_ARRAYS = KeyedCache(items=8)  # a profile's arrays for the compiled simulator, per profile digest
 
 
 def _profile_arrays(profile: ChainProfile) -> tuple | None:
     from remat.schedules import fast_chain
 
-    key = profile.sha256
-    if key not in _ARRAYS:
-        if len(_ARRAYS) >= 8:
-            _ARRAYS.clear()
-        _ARRAYS[key] = fast_chain.profile_arrays(profile)
-    return _ARRAYS[key]
+    return _ARRAYS.get_or_put(profile.sha256, lambda: fast_chain.profile_arrays(profile))
 
 
 def _simulate_chain_reference(profile: ChainProfile, ops: Iterable[Op], timeline: bool = True) -> SimulationResult:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from remat.cache import KeyedCache
 from remat.schedules import (
     ChainProfile,
     GraphProfile,
@@ -54,23 +54,15 @@ class Strategy:
 
 class ProfileCache:
     """A small least-recently-used cache keyed by a profile's digest (and a key of the caller's):
-    strategies keep their candidates' costs here, so a sweep over budgets computes them once."""
+    strategies keep their candidates' costs here, so a sweep over budgets computes them once
+    (a :class:`~remat.cache.KeyedCache`, emptied by :func:`remat.cache.clear_caches`)."""
 
     def __init__(self, size: int = 4) -> None:
-        self._size = size
-        self._items: OrderedDict[tuple[str, Hashable], Any] = OrderedDict()
+        self._items = KeyedCache(items=size)
 
     def get(self, profile: Profile, key: Hashable, compute: Callable[[], Any]) -> Any:
         """The cached value for (profile, key), computing and storing it on a miss."""
-        full = (profile.sha256, key)
-        if full in self._items:
-            self._items.move_to_end(full)
-            return self._items[full]
-        value = compute()
-        self._items[full] = value
-        while len(self._items) > self._size:
-            self._items.popitem(last=False)
-        return value
+        return self._items.get_or_put((profile.sha256, key), compute)
 
 
 def make_schedule(

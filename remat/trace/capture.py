@@ -1,10 +1,11 @@
 """The two tracers of remat. A model's training step as one TorchDynamo graph, for chains
 (docs/models.md, "How a model is cut"); a model as a torch.fx graph (``torch.fx.symbolic_trace``,
 standard ``torch.nn`` modules as leaves), for graph profiles (:func:`trace_fx`). Both graphs are
-read by the one node classification, :mod:`remat.trace.nodes`.
+read by the one node classification, :mod:`remat.rewrite.nodes`.
 
-The training step is the model's forward followed by :func:`reduce_output` (its output reduced to
-what is differentiated: the user's loss, the model's own ``.loss``, or its one output tensor).
+The training step is the model's forward followed by :func:`remat.trace.loss.reduce_output` (its
+output reduced to what is differentiated: the user's loss, the model's own ``.loss``, or its one
+output tensor).
 :func:`trace` runs it under ``torch.compile(fullgraph=True, dynamic=False)`` with a backend that
 only keeps the graph; :mod:`remat.trace.cut` explains why dynamo is the tracer.
 
@@ -15,7 +16,7 @@ a whole recording forward (every activation the step stores) for a result nobody
 model that does not fit, that forward is what fails. The backend here keeps the graph and returns
 a callable that raises :class:`_Captured` instead of running it, which :func:`trace` takes as
 success: the capture allocates no activations (only the eager no-grad run of
-:mod:`remat.trace.branches` for a Hugging Face model, which holds one layer's values at a time).
+:mod:`remat.rewrite.branches` for a Hugging Face model, which holds one layer's values at a time).
 
 NOTE [Dimensions a trace is general in]
 A trace may be asked to keep some input dimensions symbolic (``maybe_mark_dynamic``: a sequence
@@ -40,32 +41,10 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from remat.measure.oom import is_out_of_memory
+from remat.rewrite import branches
+from remat.rewrite.eager_path import eager_answers, model_files
 from remat.schedules import ProfileError, RematError
-from remat.trace import branches
-from remat.trace.eager_path import eager_answers, model_files
-
-
-def reduce_output(output: Any, loss: Callable[..., torch.Tensor] | None, target: Any) -> torch.Tensor:
-    """What a training step differentiates: ``loss(output[, target])``, else the model's own
-    ``loss`` (``ModelOutput``/dict), else its one tensor (first of a tuple, dict or ``ModelOutput``)."""
-    if loss is not None:
-        return loss(output) if target is None else loss(output, target)
-    if isinstance(output, torch.Tensor):
-        return output
-    own = getattr(output, "loss", None)
-    if own is None and isinstance(output, Mapping):
-        own = output.get("loss")
-    if own is not None:
-        return own
-    if isinstance(output, Mapping):
-        for value in output.values():
-            if isinstance(value, torch.Tensor):
-                return value
-    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
-        return output[0]
-    raise RematError(
-        f"model: its output is a {type(output).__name__} with no loss and no tensor; pass loss=... to reduce it"
-    )
+from remat.trace.loss import own_loss, reduce_output
 
 
 @dataclass(frozen=True)
@@ -88,7 +67,7 @@ class OutputForm:
             return cls("loss", type(output))
         if isinstance(output, torch.Tensor):
             return cls("tensor", type(output))
-        if _own_loss(output) is not None:
+        if own_loss(output) is not None:
             return cls("own", type(output), keys)
         return cls("none" if isinstance(output, Mapping) else "first", type(output), keys)
 
@@ -104,15 +83,8 @@ class OutputForm:
         }[self.kind]
 
 
-def _own_loss(output: Any) -> Any:
-    own = getattr(output, "loss", None)
-    if own is None and isinstance(output, Mapping):
-        own = output.get("loss")
-    return own
-
-
 class TrainingStep(nn.Module):
-    """``model`` followed by :func:`reduce_output`: the function that a cut must reproduce.
+    """``model`` followed by :func:`~remat.trace.loss.reduce_output`: the function that a cut must reproduce.
 
     NOTE [One meaning per step]
     Each eager call (never under a trace) records the :class:`OutputForm` of the model's output
@@ -241,7 +213,7 @@ def trace(
     in (NOTE [Dimensions a trace is general in]; None: it is specialised to every size).
 
     The traced graph is not run (NOTE [A trace runs nothing]); a Hugging Face model runs once,
-    eagerly under ``no_grad`` (:mod:`remat.trace.branches` records its mask decisions): the caller
+    eagerly under ``no_grad`` (:mod:`remat.rewrite.branches` records its mask decisions): the caller
     saves and restores its state around it. An allocation failure is raised as it came
     (:func:`~remat.measure.oom.is_out_of_memory`), not as a model that cannot be traced.
     Resets dynamo's caches (before and after) so that this trace neither hits nor leaves one.
@@ -319,6 +291,5 @@ __all__ = [
     "trace_fx",
     "TrainingStep",
     "first_tensor_index",
-    "reduce_output",
     "trace",
 ]

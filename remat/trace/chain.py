@@ -71,7 +71,7 @@ def _joins_a_neighbour(child: nn.Module) -> bool:
     (``ReLU(inplace=True)``: it would modify its input, a leaf that requires grad in a recording
     forward, which autograd refuses) or only reshapes (:data:`_VIEW_MODULES`: its output would be a
     view of its input, which the profiler refuses, as the cut of a trace never ends a stage on a
-    view, remat.trace.nodes.VIEW_NAMES)."""
+    view, remat.rewrite.nodes.VIEW_NAMES)."""
     return getattr(child, "inplace", False) is True or isinstance(child, _VIEW_MODULES)
 
 

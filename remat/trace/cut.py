@@ -32,13 +32,13 @@ Consecutive pieces whose nodes share a module path are merged into one stage nam
 the model by :func:`remat.trace.proof.prove_cut` before it is returned.
 
 The parts, one module each: :mod:`remat.trace.capture` (the training step and its trace),
-:mod:`remat.trace.nodes` (what a node does: in place, random, a view, its module path),
+:mod:`remat.rewrite.nodes` (what a node does: in place, random, a view, its module path),
 :mod:`remat.trace.positions` (side values, cut positions, the :class:`Plan`),
 :mod:`remat.trace.naming` (stage names, merging), :mod:`remat.trace.stages` (:class:`CutStage`,
-:class:`CutChain`), :mod:`remat.trace.grad_mode` and :mod:`remat.trace.repeatable` (the rewrites
+:class:`CutChain`), :mod:`remat.rewrite.grad_mode` and :mod:`remat.trace.repeatable` (the rewrites
 that let a stage run in any grad mode and any number of times) and :mod:`remat.trace.stage_errors`
-(a failing stage as one line), :mod:`remat.trace.inline` (the user's own checkpoint regions,
-inlined) and :mod:`remat.trace.functions` (custom autograd Functions, run so that autograd sees what
+(a failing stage as one line), :mod:`remat.rewrite.inline` (the user's own checkpoint regions,
+inlined) and :mod:`remat.rewrite.functions` (custom autograd Functions, run so that autograd sees what
 they save). This module puts them together (:func:`cut_step`) and re-exports their names.
 """
 
@@ -52,11 +52,11 @@ import torch
 from torch.utils import _pytree as pytree
 
 from remat.measure.memory import storage_key
+from remat.rewrite.functions import saving_functions
+from remat.rewrite.inline import inline_checkpoints
+from remat.rewrite.nodes import module_path, mutates
 from remat.trace.boundary import storage_keys
-from remat.trace.capture import TrainingStep, first_tensor_index, reduce_output, trace
-from remat.trace.functions import saving_functions
-from remat.trace.inline import inline_checkpoints
-from remat.trace.nodes import module_path, mutates
+from remat.trace.capture import TrainingStep, first_tensor_index, trace
 from remat.trace.positions import Plan, Source, plan
 from remat.trace.stage_errors import running_stage
 from remat.trace.stages import CutChain, CutStage, LeafCheck, leaf_check
@@ -130,6 +130,5 @@ __all__ = [
     "module_path",
     "mutates",
     "plan",
-    "reduce_output",
     "trace",
 ]

@@ -13,8 +13,10 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from remat.measure.offload import Kept, OffDevice
+from remat.measure.state import StepState
 from remat.schedules import RematError
 from remat.trace.boundary import Boundary, can_have_grad, detached, each, is_boundary, tensors
+from remat.trace.loss import step_loss
 from remat.trace.repeatable import changes, describe_op
 from remat.trace.stage_errors import running_stage
 from remat.trace.stages import CutChain
@@ -100,25 +102,6 @@ class _Inputs:
                              "run twice (a recompute would see other values); refused")  # fmt: skip
 
 
-class _Rerun:
-    """Puts back what a stage's run changes legitimately (its buffers, as the replay restores them
-    for a recompute, remat.runtime.core; the RNG, which a recompute replays) before the next run."""
-
-    def __init__(self, stage: nn.Module) -> None:
-        with torch.no_grad():
-            self.buffers = [(b, b.detach().clone()) for b in stage.buffers()]
-        self.rng = torch.get_rng_state()
-        self.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
-
-    def __call__(self) -> None:
-        with torch.no_grad():
-            for buffer, value in self.buffers:
-                buffer.copy_(value)
-        torch.set_rng_state(self.rng)
-        if self.cuda_rng is not None:
-            torch.cuda.set_rng_state_all(self.cuda_rng)
-
-
 def _recorded(forward: Callable[[Boundary], Boundary], x: Boundary, params: list) -> tuple:
     """``forward`` recording from a leaf of ``x`` (of each of its tensors), then its backward for a
     fixed weighting of the output (of each of its tensors that requires grad): (output, gradients
@@ -130,11 +113,7 @@ def _recorded(forward: Callable[[Boundary], Boundary], x: Boundary, params: list
         grads: tuple = ()
         live = [o for o in tensors(out) if o.requires_grad] if is_boundary(out) else []
         if live and targets:
-            terms = [o if o.dim() == 0 else (o * _weight(o)).sum() for o in live]
-            weighted = terms[0]
-            for term in terms[1:]:
-                weighted = weighted + term
-            grads = torch.autograd.grad(weighted, targets, allow_unused=True)
+            grads = torch.autograd.grad(step_loss(live, _weight), targets, allow_unused=True)
     return detached(out), tuple(None if g is None else g.detach() for g in grads)
 
 
@@ -142,12 +121,12 @@ def _refuse(name: str, why: str) -> RematError:
     return RematError(f"model: stage '{name}' {why}; it cannot be recomputed as the replay runs it; refused")
 
 
-def _no_grad_twice(name: str, stage: nn.Module, x: Boundary, inputs: _Inputs, rerun: _Rerun) -> Boundary:
+def _no_grad_twice(name: str, stage: nn.Module, x: Boundary, inputs: _Inputs, rerun: StepState) -> Boundary:
     """The stage as ``F_ck``/``F_n`` run it (under ``no_grad``), twice: no graph, equal outputs."""
     kind = "a no-grad forward (F_ck, F_n)"
     outputs = []
     for _ in range(2):
-        rerun()
+        rerun.restore()
         with torch.no_grad():
             out = stage(x)
             recorded = [t.grad_fn for t in (tensors(out) if is_boundary(out) else ()) if t.grad_fn is not None]
@@ -176,7 +155,9 @@ def _recording_kinds(stage: nn.Module, x: Boundary, options: StageOptions | None
 
 def _check_stage(name: str, stage: nn.Module, x: Boundary, sides: dict, options: StageOptions | None):
     """Run stage ``name`` on ``x`` as every forward kind of the replay runs it; return its output."""
-    inputs, rerun = _Inputs(x, sides), _Rerun(stage)
+    # what a run changes legitimately (buffers, as the replay restores them for a recompute; the
+    # RNG, which a recompute replays), put back before the next run
+    inputs, rerun = _Inputs(x, sides), StepState(stage)
     params = list({id(p): p for p in stage.parameters() if p.requires_grad}.values())
     with running_stage(name, stage, x, "a no-grad forward (F_ck, F_n)"):
         first = _no_grad_twice(name, stage, x, inputs, rerun)
@@ -184,7 +165,7 @@ def _check_stage(name: str, stage: nn.Module, x: Boundary, sides: dict, options:
     reference = None
     place = OffDevice()  # F_all's gradients wait off the device (NOTE [The proof's memory])
     for kind, forward in kinds.items():
-        rerun()
+        rerun.restore()
         with running_stage(name, stage, x, kind):
             out, grads = _recorded(forward, x, params)
         inputs.check(name, stage, kind)
@@ -195,7 +176,7 @@ def _check_stage(name: str, stage: nn.Module, x: Boundary, sides: dict, options:
         if reference is None:
             reference = tuple(None if g is None else place.put(g) for g in grads)
         del out, grads  # the next kind runs without this one's values (NOTE [The proof's memory])
-    rerun()
+    rerun.restore()
     return first
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 
 import torch.fx as fx
 
-from remat.trace.nodes import block_calls, module_path, repeated_blocks
+from remat.rewrite.nodes import block_calls, module_path, repeated_blocks
 
 
 def _common_prefix(paths: list[str]) -> str:
@@ -29,7 +29,7 @@ def _computed(nodes: Sequence[fx.Node]) -> list[fx.Node]:
 
 
 def innermost_block(nodes: Sequence[fx.Node], blocks: frozenset[str]) -> tuple[str, str] | None:
-    """The deepest call of one of ``blocks`` (``(call key, path)``, :func:`remat.trace.nodes.block_calls`)
+    """The deepest call of one of ``blocks`` (``(call key, path)``, :func:`remat.rewrite.nodes.block_calls`)
     that made every computed node of a piece that lies in a module, or None."""
     common: tuple[tuple[str, str], ...] | None = None
     for node in _computed(nodes):
@@ -82,7 +82,7 @@ def piece_name(
 
 def _loop_call(call: tuple[str, str] | None) -> bool:
     """Whether ``call`` is one of a module that is a block only because the step calls it again
-    (not an indexed child: NOTE [A module called in a loop], :func:`remat.trace.nodes.repeated_blocks`)."""
+    (not an indexed child: NOTE [A module called in a loop], :func:`remat.rewrite.nodes.repeated_blocks`)."""
     return call is not None and not call[1].rsplit(".", 1)[-1].isdigit()
 
 

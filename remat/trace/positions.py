@@ -13,11 +13,7 @@ import torch
 import torch.fx as fx
 from torch.utils import _pytree as pytree
 
-from remat.schedules import RematError
-from remat.trace.boundary import MAX_TENSORS
-from remat.trace.capture import TrainingStep, input_fakes
-from remat.trace.naming import merge_by_name
-from remat.trace.nodes import (
+from remat.rewrite.nodes import (
     aliases,
     block_calls,
     example_value,
@@ -28,6 +24,10 @@ from remat.trace.nodes import (
     node_name,
     repeated_blocks,
 )
+from remat.schedules import RematError
+from remat.trace.boundary import MAX_TENSORS
+from remat.trace.capture import TrainingStep, input_fakes
+from remat.trace.naming import merge_by_name
 
 
 @dataclass(frozen=True)
@@ -204,7 +204,7 @@ def _crossable(node: fx.Node, k: int, position: dict[fx.Node, int]) -> bool:
 
 def _block_boundary(before: fx.Node, after: fx.Node, blocks: frozenset[str]) -> bool:
     """Whether ``before`` and ``after`` lie in different calls of the model's repeated blocks
-    (:func:`remat.trace.nodes.repeated_blocks`), at least one of them in one."""
+    (:func:`remat.rewrite.nodes.repeated_blocks`), at least one of them in one."""
     inner = [calls[-1] if calls else None for calls in (block_calls(before, blocks), block_calls(after, blocks))]
     return inner[0] != inner[1]
 

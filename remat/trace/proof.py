@@ -23,16 +23,18 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from remat.measure.offload import Kept, OffDevice, existing_storages, saved_off_device
+from remat.measure.state import StepState
 from remat.model_errors import first_line, where_in_model
+from remat.rewrite.inline import INLINED
+from remat.rewrite.nodes import is_random
 from remat.schedules import RematError
 from remat.trace.boundary import each, is_boundary, tensors
 from remat.trace.capture import HAND_CUT, GraphBreakError, TrainingStep
 from remat.trace.chain import Chain
 from remat.trace.cut import cut_step
 from remat.trace.fuse import fuse_unsaved_handoffs
-from remat.trace.inline import INLINED
 from remat.trace.kinds import StageOptions, _same, _same_boundary, _weight, check_forward_kinds
-from remat.trace.nodes import is_random
+from remat.trace.loss import step_loss
 from remat.trace.repeatable import shared_change
 from remat.trace.stages import CutChain, OneTensor, Tail
 
@@ -50,12 +52,12 @@ from remat.trace.stages import CutChain, OneTensor, Tail
 #
 # Results too: the budget sets aside one set of parameter gradients (the step's own ``.grad``), so
 # the proof may not hold others: the gradients the model had (a model in training) wait off the
-# device through the proof (``_Saved``) and come back after it. The first step's output, gradients
+# device through the proof (``_saved``) and come back after it. The first step's output, gradients
 # and buffers go off the device (``OffDevice``, NOTE [Copies kept off the device]) before the next
 # step runs; the next step's are compared where they are (``_live``: its ``p.grad``, no copy),
 # before anything resets them, read back a piece at a time; ``_first_difference`` keeps its order
 # (output, gradient of each parameter, each buffer). The same for F_all's gradients in
-# ``_check_stage``, the buffers ``_Saved`` puts back, and what the failure-locating runs record.
+# ``_check_stage``, the buffers ``_saved`` puts back, and what the failure-locating runs record.
 # At its peak the proof holds the step's own gradients, the step's activations as above, and one
 # piece (``PIECE_BYTES``).
 
@@ -65,53 +67,11 @@ def _off_device(*existing: Any) -> Any:
     return saved_off_device(existing_storages(*existing))
 
 
-class _Saved:
+def _saved(module: nn.Module) -> StepState:
     """Buffers, parameter gradients and RNG of ``module``, to put back after a trial step. The
     gradients the module had wait off the device (NOTE [The proof's memory]): the trial steps make
     their own, and the device holds one set of gradients, not two."""
-
-    def __init__(self, module: nn.Module) -> None:
-        place = OffDevice()  # the buffers' copies wait off the device (NOTE [The proof's memory])
-        with torch.no_grad():
-            self.buffers = [(b, place.put(b)) for b in module.buffers()]
-            self.grads = [(p, _grad_off_device(p, place)) for p in module.parameters()]
-        self.rng = torch.get_rng_state()
-        self.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
-
-    def reset(self) -> None:
-        """Back to the saved state, with parameter gradients cleared (``None``) for a fresh step."""
-        with torch.no_grad():
-            for b, saved in self.buffers:
-                b.copy_(saved.get())  # one buffer back on the device at a time
-        for p, _ in self.grads:
-            p.grad = None
-        torch.set_rng_state(self.rng)
-        if self.cuda_rng is not None:
-            torch.cuda.set_rng_state_all(self.cuda_rng)
-
-    def restore(self) -> None:
-        self.reset()
-        with torch.no_grad():
-            for p, grad in self.grads:
-                p.grad = None if grad is None else grad()
-
-
-def _grad_off_device(p: torch.Tensor, place: OffDevice) -> Callable[[], torch.Tensor] | None:
-    """``p``'s gradient copied off the device and dropped from ``p`` (its memory is freed unless
-    something else holds it), and how to bring it back: the same values at the same strides."""
-    grad = p.grad
-    if grad is None:
-        return None
-    kept, size, stride = place.put(grad), grad.size(), grad.stride()
-    dtype, device = grad.dtype, grad.device
-    p.grad = None
-    del grad
-
-    def back() -> torch.Tensor:
-        out = torch.empty_strided(size, stride, dtype=dtype, device=device)
-        return out.copy_(kept.get())
-
-    return back
+    return StepState(module, grads="copy", off_device=True)
 
 
 @dataclass(frozen=True)
@@ -124,13 +84,14 @@ class StepResult:
 
 
 def _step(module: nn.Module, run: Callable[[], torch.Tensor]) -> torch.Tensor:
-    """``out = run()``; backward of ``out`` (a scalar) or of ``(out * r).sum()`` with a fixed ``r``;
-    ``out`` detached. The gradients stay where the backward put them (``p.grad``)."""
+    """``out = run()``; backward of its :func:`~remat.trace.loss.step_loss`: ``out`` (a scalar) or
+    ``(out * r).sum()`` with a fixed ``r``; ``out`` detached. The gradients stay where the backward
+    put them (``p.grad``)."""
     out = run()
     if not isinstance(out, torch.Tensor) or not out.is_floating_point():
         raise RematError("model: the training step must return a floating-point tensor (the loss or the output)")
     if out.requires_grad:
-        (out if out.dim() == 0 else (out * _weight(out)).sum()).backward()
+        step_loss(out, _weight).backward()
     return out.detach()
 
 
@@ -227,7 +188,7 @@ def _stage_outputs(chain: Chain, run: Callable[[], torch.Tensor], place: OffDevi
     return outputs
 
 
-def _locate_cut(step: TrainingStep, chain: CutChain, saved: _Saved, args: tuple, kwargs: dict, target: Any) -> str:
+def _locate_cut(step: TrainingStep, chain: CutChain, saved: StepState, args: tuple, kwargs: dict, target: Any) -> str:
     """The first stage whose output differs from the traced graph's value at that point."""
     plan_ = chain.plan
     cuts = [tuple(n.name for n in handoff) for handoff in plan_.handoffs]
@@ -330,7 +291,7 @@ def _chain_grads(
 
 def _locate_backward(
     step: TrainingStep, chain: CutChain, gm: fx.GraphModule, values: list, args: tuple, kwargs: dict, target: Any,
-    saved: _Saved,
+    saved: StepState,
 ) -> str:  # fmt: skip
     """The stage whose backward first (from the loss down) differs from the traced graph's, when
     every stage's forward is equal: stage ``k`` receives an equal gradient for its output and hands
@@ -379,7 +340,7 @@ def prove_cut(
             f"model: stage '{k}' changes side value '{side}' in place ({op}) and stage '{j}' reads the changed"
             " value, so no copy makes it repeatable (a recompute would change it again); refused"
         )
-    saved = _Saved(step)
+    saved = _saved(step)
     try:
         saved.reset()
         check_forward_kinds(chain, args, kwargs, target, options)
@@ -413,7 +374,7 @@ def prove_cut(
         saved.restore()
 
 
-def _plain_chain_equal(step: TrainingStep, ref: _Results, plain: Callable, saved: _Saved, call: tuple) -> bool:
+def _plain_chain_equal(step: TrainingStep, ref: _Results, plain: Callable, saved: StepState, call: tuple) -> bool:
     """Whether the chain run plainly (not the caller's ``chain_step``) trains exactly like ``ref``."""
     saved.reset()
     with _off_device(step, *call):
@@ -444,7 +405,7 @@ def cut_model(
     trains with it. ``step``: the step to cut, when not ``TrainingStep(model, loss)`` (one that
     checks its output's form: NOTE [One meaning per step])."""
     step = TrainingStep(model, loss) if step is None else step
-    saved = _Saved(step)
+    saved = _saved(step)
     try:
         outputs: list[OneTensor | None] = []  # where the model's output holds its one tensor, if it does
         handle = model.register_forward_hook(lambda _m, _i, out: outputs.append(OneTensor.of(out)))
@@ -465,7 +426,7 @@ def cut_model(
 
 def _cut_step_or_tail(
     step: TrainingStep, args: tuple, kwargs: dict, target: Any, dynamic: frozenset, one_tensor: OneTensor | None,
-    saved: _Saved,
+    saved: StepState,
 ) -> CutChain:  # fmt: skip
     """:func:`cut_step`; where TorchDynamo cannot trace the step as one graph but can trace the
     model alone, and the model's output holds one tensor (``one_tensor``): the model's trace up to
@@ -520,7 +481,7 @@ def _leaf_calls(
     return calls
 
 
-def _locate_chain(holder: nn.Module, model: nn.Module, chain: Chain, x: torch.Tensor, saved: _Saved) -> str:
+def _locate_chain(holder: nn.Module, model: nn.Module, chain: Chain, x: torch.Tensor, saved: StepState) -> str:
     """The first stage that hands on a value the model does not compute there: its last leaf-module
     call's output, or the input of the next stage's first call, differs from the same call (same
     module, same call number) in ``model(x)``."""
@@ -560,7 +521,7 @@ def prove_chain(
     if chain is model and chain_step is None:
         return
     holder = nn.ModuleList([model, chain])
-    saved = _Saved(holder)
+    saved = _saved(holder)
     try:
         saved.reset()
         ref = _kept_step(holder, lambda: model(x), OffDevice(), (holder, x))

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from remat.trace.nodes import aliases, mutates, node_name
+from remat.rewrite.nodes import aliases, mutates, node_name
 from remat.trace.positions import Plan
 from remat.trace.stage_errors import source_line
 

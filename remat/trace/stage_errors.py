@@ -38,9 +38,9 @@ import torch.fx as fx
 from torch import nn
 
 from remat.model_errors import first_line, where_in_model
+from remat.rewrite.nodes import module_path
 from remat.schedules import RematError
 from remat.trace.boundary import can_have_grad, detached, each, is_boundary, tensors
-from remat.trace.nodes import module_path
 
 _FILE_LINE = re.compile(r'File "([^"]+)", line (\d+)')
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))

@@ -15,12 +15,13 @@ import torch.fx as fx
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from remat.rewrite.grad_mode import within_entry_grad_mode
+from remat.rewrite.nodes import is_context
 from remat.schedules import RematError
 from remat.trace.boundary import Boundary, tensors
-from remat.trace.capture import DynamicDims, reduce_output
+from remat.trace.capture import DynamicDims
 from remat.trace.chain import Chain
-from remat.trace.grad_mode import within_entry_grad_mode
-from remat.trace.nodes import is_context
+from remat.trace.loss import reduce_output
 from remat.trace.positions import Plan
 from remat.trace.repeatable import copy_mutated_sides
 

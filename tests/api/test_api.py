@@ -169,11 +169,11 @@ def test_side_values_are_inside_the_budget_and_the_prediction():
     wrapped = remat.checkpoint(model, (ids,), budget=1.0, repeats=1, warmup=0)
     plan = wrapped.plan_for(ids)
     assert plan.side_bytes >= 4 * 64 * 64 * 4  # the expanded mask
-    assert wrapped.store_all_budget == store_all_peak(wrapped.profile) + plan.side_bytes == wrapped.budget
+    assert wrapped.store_all_peak == store_all_peak(wrapped.profile) + plan.side_bytes == wrapped.budget
     for budget in (
-        wrapped.store_all_budget,
-        (wrapped.least_budget + wrapped.store_all_budget) // 2,
-        wrapped.least_budget,
+        wrapped.store_all_peak,
+        (wrapped.least_peak + wrapped.store_all_peak) // 2,
+        wrapped.least_peak,
     ):
         tight = wrapped.with_budget(budget)
         assert tight.plan_for(ids).predicted_peak <= budget
@@ -182,6 +182,6 @@ def test_side_values_are_inside_the_budget_and_the_prediction():
         assert report.predicted_peak == tight.plan_for(ids).predicted_peak
         assert 0.98 * report.predicted_peak <= report.measured_peak <= report.predicted_peak + 8, budget
     with pytest.raises(RematError, match="side values"):
-        wrapped.with_budget(wrapped.least_budget - 1)
-    with pytest.raises(RematError, match=f"smallest budget it can meet is .* \\({wrapped.least_budget} bytes\\)"):
+        wrapped.with_budget(wrapped.least_peak - 1)
+    with pytest.raises(RematError, match=f"smallest budget it can meet is .* \\({wrapped.least_peak} bytes\\)"):
         wrapped.with_budget(plan.side_bytes // 2)  # less than the side values alone

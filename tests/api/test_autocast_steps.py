@@ -89,7 +89,7 @@ def test_an_mlp_cut_under_autocast_is_predicted_within_2_percent():
     x = torch.randn(128, 512)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         wrapped = remat.checkpoint(model, x, budget=1.0, repeats=1, warmup=0)
-    half = max(wrapped.least_budget, wrapped.store_all_budget // 2)  # 0.5, or the least if above it
+    half = max(wrapped.least_peak, wrapped.store_all_peak // 2)  # 0.5, or the least if above it
     replay = wrapped.with_budget(half)
     assert sum(op[0] != "B" for op in replay.schedule.ops) > replay.profile.length  # it recomputes
     report = replay.report(steps=1)

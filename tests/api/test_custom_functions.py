@@ -1,6 +1,6 @@
 """A custom ``torch.autograd.Function`` inside the model (issue 42, item 2): what its
 ``ctx.save_for_backward`` keeps is seen as the stage's saved tensors (NOTE [What a custom
-autograd.Function saves], remat/trace/functions.py), so the net of memory-efficient Swish blocks is
+autograd.Function saves], remat/rewrite/functions.py), so the net of memory-efficient Swish blocks is
 cut at every block, trains bit for bit like the plain model at its least memory, that least memory
 is at most per-block checkpointing's, and the profile predicts the step within 2%."""
 
@@ -84,7 +84,7 @@ def test_a_custom_function_net_is_cut_at_every_block_exact_and_within_per_block_
     names = [s.name for s in wrapped.profile.stages]
     for k in range(DEPTH):  # every block its own stage (a fused stage names its parts)
         assert any(f"blocks.{k}" == part for name in names for part in name.split("+")), (k, names)
-    least = wrapped.with_budget(wrapped.least_budget)
+    least = wrapped.with_budget(wrapped.least_peak)
     plain = step_grads(model, lambda: _loss(model(x)))
     ours = step_grads(model, lambda: least(x))
     assert all(torch.equal(a, b) for a, b in zip(plain, ours, strict=True))
@@ -108,7 +108,7 @@ def test_a_tensor_kept_on_ctx_is_seen_too_and_the_step_is_exact():
     wrapped = remat.checkpoint(model, (x,), budget=1.0, loss=_loss)
     blocks = [s.name for s in wrapped.profile.stages if s.name.startswith("blocks.")]
     assert len(blocks) == DEPTH, blocks  # no two blocks fused: each one's stage saves its input
-    least = wrapped.with_budget(wrapped.least_budget)
+    least = wrapped.with_budget(wrapped.least_peak)
     plain = step_grads(model, lambda: _loss(model(x)))
     ours = step_grads(model, lambda: least(x))
     assert all(torch.equal(a, b) for a, b in zip(plain, ours, strict=True))

@@ -67,7 +67,7 @@ def test_a_budget_below_the_least_is_refused_in_one_line_before_the_proof_or_a_s
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Sequential(nn.Linear(32, 32), nn.Tanh()) for _ in range(6)]).train()
     x = torch.randn(64, 32)
-    least = remat.checkpoint(model, x, budget=1.0, repeats=1, warmup=0).least_budget
+    least = remat.checkpoint(model, x, budget=1.0, repeats=1, warmup=0).least_peak
     proofs = []
     real = proof.prove_cut
 
@@ -76,7 +76,7 @@ def test_a_budget_below_the_least_is_refused_in_one_line_before_the_proof_or_a_s
         return real(*args, **kwargs)
 
     monkeypatch.setattr(proof, "prove_cut", counted)
-    monkeypatch.setattr(remat.api.front, "prove_cut", counted)
+    monkeypatch.setattr(remat.api.entry, "prove_cut", counted)
     solves = []
     real_solve = remat.api.model.solve
     monkeypatch.setattr(remat.api.model, "solve", lambda *a, **k: solves.append(1) or real_solve(*a, **k))

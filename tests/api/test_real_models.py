@@ -21,7 +21,7 @@ from remat.models.hub import build_library_model, parse_config
 from remat.schedules import RematError
 from remat.trace.proof import cut_model
 
-try:  # first: timm and transformers import torchvision (remat/executor/compat.py)
+try:  # first: timm and transformers import torchvision (remat/models/compat.py)
     torchvision = import_torchvision()
 except ModuleNotFoundError:
     pytest.skip("torchvision is not installed (.ci/run installs it)", allow_module_level=True)
@@ -101,7 +101,7 @@ TARGET = torch.tensor([1, 7])
 # name: (factory, example inputs, loss or None, stages the cut must contain)
 CASES: dict[str, tuple[Callable[[], nn.Module], dict | torch.Tensor, bool, tuple[str, ...]]] = {
     "gpt2": (gpt2, _tokens(), False, ("transformer.h.0", "transformer.h.1")),
-    # no padded token: eager skips the causal mask and runs SDPA with enable_gqa (remat/executor/branches.py)
+    # no padded token: eager skips the causal mask and runs SDPA with enable_gqa (remat/trace/branches.py)
     "llama": (llama, _tokens(with_mask=True, padded=False), False, ("model.layers.0", "model.layers.1")),
     "bert": (bert, _tokens(with_mask=True), False, ("bert.encoder.layer.0", "bert.encoder.layer.1")),
     "torchvision-resnet50": (tv_resnet50, IMAGE, True, ("layer1.0", "layer4.0")),
@@ -187,7 +187,7 @@ def test_library_model_through_the_one_call_api(case):
     names = [s.name for s in wrapped.profile.stages]
     assert all(name in names for name in expected_stages), names
     # halfway between the smallest budget the DP can meet and store-all: it must recompute
-    low, high = wrapped.least_budget, wrapped.store_all_budget
+    low, high = wrapped.least_peak, wrapped.store_all_peak
     wrapped = wrapped.with_budget((low + high) // 2)
     assert wrapped.schedule.budget < high and any(op in ("F_ck", "F_n") for op, _ in wrapped.schedule.ops)
     initial = [b.clone() for b in model.buffers()]
@@ -232,7 +232,7 @@ def test_llama_gqa_is_cut_on_eager_branch_and_a_call_on_the_other_is_refused(pad
 def test_graph_replay_of_a_vision_model_equals_its_plain_step(case, bf16):
     # DenseNet's block input feeds every layer's concatenation: the replay must add their
     # gradients in autograd's order; VGG's ReLUs are in place
-    from remat.graph.profile import profile_graph
+    from remat.graph.profiler import profile_graph
     from remat.replay.graph import GraphReplay
     from tests.solver.graph.graph_schedules import checkpoint_schedule
 

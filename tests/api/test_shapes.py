@@ -68,7 +68,7 @@ def test_every_batch_shape_trains_exactly_under_one_budget():
     torch.manual_seed(0)
     model = TokenModel(depth=3).train()  # dropout 0.1: the RNG is replayed per stage
     wrapped = remat.checkpoint(model, _tokens(2, 8), budget=1.0, repeats=1, warmup=0, over_budget="least")
-    budget = wrapped.least_budget
+    budget = wrapped.least_peak
     wrapped = wrapped.with_budget(budget)  # the example recomputes; larger shapes need the least schedule
     assert wrapped.budget == budget
     shapes = [(2, 8), (3, 8), (2, 12), (2, 5), (1, 8), (2, 8), (2, 12)]
@@ -96,7 +96,7 @@ def test_a_shape_above_the_budget_is_refused_before_its_step_runs(caplog):
     torch.manual_seed(0)
     model = TokenModel(depth=2).train()
     wrapped = remat.checkpoint(model, _tokens(2, 8), budget=1.0, repeats=1, warmup=0)
-    wrapped = wrapped.with_budget(wrapped.least_budget)
+    wrapped = wrapped.with_budget(wrapped.least_peak)
     model.zero_grad(set_to_none=True)
     state = torch.get_rng_state()
     with pytest.raises(RematError) as info:
@@ -274,7 +274,7 @@ def test_a_batch_the_model_cannot_take_is_one_line_and_the_loop_goes_on():
 def test_a_general_cut_that_fails_its_second_proof_goes(monkeypatch):
     """Should a general cut not be equal to the model at a second size (the proof refuses it), that
     call is traced for its own sizes, the general cut is dropped, and later sizes are traced per size."""
-    import remat.api.front as front
+    import remat.api.entry as front
 
     real_prove, proven = front.prove_cut, set()
 
@@ -301,7 +301,7 @@ def test_a_cut_general_in_the_length_serves_new_lengths_untraced_and_exactly(mon
     general in a size]); it is proven on exactly one more length (proofs counted), every later
     length trains on it with no trace and gradients equal to plain PyTorch's; a length of 1 is
     outside its guard and gets a cut of its own."""
-    import remat.api.front as front
+    import remat.api.entry as front
 
     proofs, proven = [], set()  # the shapes of proofs of a cut already proven once (on another size)
     real_prove = front.prove_cut

@@ -1,6 +1,6 @@
 """The user's own activation checkpointing inside the model (issue 42, item 4): regions of
 ``torch.utils.checkpoint`` (a hand net's blocks; Hugging Face's per-layer checkpointing) are
-inlined in the trace (NOTE [The user's checkpoint regions], remat/trace/inline.py) and said so in
+inlined in the trace (NOTE [The user's checkpoint regions], remat/rewrite/inline.py) and said so in
 one line; the model is cut at every block and trains bit for bit like the model as the user has
 it, checkpointing on, with dropout and without, at its least memory, which is at most what the
 user's own per-block checkpointing takes."""
@@ -58,7 +58,7 @@ def test_torch_checkpoint_regions_are_inlined_cut_per_block_and_exact(p, caplog)
     assert f"activation checkpointing ({DEPTH} regions)" in caplog.text
     names = [s.name for s in wrapped.profile.stages]
     assert _every_block_a_stage(names, "blocks", DEPTH), names
-    least = wrapped.with_budget(wrapped.least_budget)
+    least = wrapped.with_budget(wrapped.least_peak)
     theirs = step_grads(model, lambda: _loss(model(x)), seed=3)  # the model as the user has it: checkpointing on
     ours = step_grads(model, lambda: least(x), seed=3)
     assert all(torch.equal(a, b) for a, b in zip(theirs, ours, strict=True))
@@ -91,7 +91,7 @@ def test_hugging_face_checkpointing_on_is_inlined_cut_per_layer_and_exact(name, 
     wrapped = remat.checkpoint(model, inputs, budget=1.0, repeats=1, warmup=0)
     names = [s.name for s in wrapped.profile.stages]
     assert _every_block_a_stage(names, layers, 2), names
-    least = wrapped.with_budget(wrapped.least_budget)
+    least = wrapped.with_budget(wrapped.least_peak)
     theirs = step_grads(model, lambda: model(**inputs).loss, seed=3)  # checkpointing on, as the user has it
     ours = step_grads(model, lambda: least(**inputs).loss, seed=3)
     assert all(torch.equal(a, b) for a, b in zip(theirs, ours, strict=True))

@@ -3,12 +3,7 @@ compile: the benchmark's own run is what measures)."""
 
 from __future__ import annotations
 
-import sys
-
-from tests.conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import compile_front as cf  # noqa: E402  (benchmarks/compile_front.py)
+from benchmarks import compile_front as cf
 
 
 def _timed(row: dict, peak: int, ms: float, spread: float = 0.05) -> dict:

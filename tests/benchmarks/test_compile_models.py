@@ -3,12 +3,7 @@ benchmark's own run is what measures)."""
 
 from __future__ import annotations
 
-import sys
-
-from tests.conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import compile_models as cm  # noqa: E402  (benchmarks/compile_models.py)
+from benchmarks import compile_models as cm
 
 
 def _ran(budget_bytes: int, predicted: int, measured: int, close: bool = True) -> dict:

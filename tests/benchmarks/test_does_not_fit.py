@@ -3,14 +3,9 @@ child processes (a failure in a child is a row's verdict, never the end of the b
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
-from tests.conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import does_not_fit as dnf  # noqa: E402  (benchmarks/does_not_fit.py)
+from benchmarks import does_not_fit as dnf
 
 MiB = dnf.MiB
 OOM = "RuntimeError: [enforce fail at alloc_cpu.cpp:127] . DefaultCPUAllocator: can't allocate memory: you tried"

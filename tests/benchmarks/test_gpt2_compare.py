@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,14 +16,13 @@ from remat.profile.chain import profile_chain
 from remat.profile.options import applicable_policies
 from remat.trace.proof import cut_model
 
-try:  # first: transformers imports torchvision (remat/executor/compat.py)
+try:  # first: transformers imports torchvision (remat/models/compat.py)
     import_torchvision()
 except ModuleNotFoundError:
     pytest.skip("torchvision is not installed (.ci/run installs it)", allow_module_level=True)
 pytest.importorskip("transformers")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import gpt2_compare  # noqa: E402  (benchmarks/gpt2_compare.py)
+from benchmarks import gpt2_compare  # noqa: E402  (after importorskip)
 
 TINY = ["--layers", "2", "--dim", "32", "--heads", "2", "--seq", "64", "--batch", "2", "--vocab", "16"]
 

@@ -6,13 +6,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-import machine_drift  # noqa: E402  (benchmarks/machine_drift.py)
+from benchmarks import machine_drift
+from tests.conftest import ROOT
 
 
 def _rounds(values: list[tuple[float, float]]) -> list[tuple[float, dict]]:
@@ -33,14 +31,14 @@ def test_summary_windows_and_ratio():
 
 
 def _run(*options: str) -> subprocess.CompletedProcess:
-    script = str(BENCHMARKS / "machine_drift.py")
-    return subprocess.run([sys.executable, script, *options], capture_output=True, text=True, cwd=BENCHMARKS.parent)
+    command = [sys.executable, "-m", "benchmarks.machine_drift", *options]
+    return subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
 
 
 @pytest.mark.slow
 def test_short_run_writes_every_kernel(tmp_path):
     out = tmp_path / "drift.json"
-    done = _run("--seconds", "0.5", "--window", "0.25", "--output", str(out))
+    done = _run("--seconds", "0.5", "--window", "0.25", "--out", str(out))
     assert done.returncode == 0, done.stderr
     rows = json.loads(out.read_text())["rows"]
     expected = {(k, c) for k in machine_drift.kernels() for c in ("thread", "wall")}
@@ -51,7 +49,7 @@ def test_short_run_writes_every_kernel(tmp_path):
 
 @pytest.mark.slow
 def test_bad_options_exit_2(tmp_path):
-    done = _run("--seconds", "0", "--output", str(tmp_path / "x.json"))
+    done = _run("--seconds", "0", "--out", str(tmp_path / "x.json"))
     assert done.returncode == 2 and "must be positive" in done.stderr
 
 

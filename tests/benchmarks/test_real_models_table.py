@@ -4,7 +4,6 @@ cell, a failing model keeps its row with the reason, and the table lands between
 from __future__ import annotations
 
 import math
-import sys
 
 import pytest
 import torch
@@ -12,7 +11,7 @@ from torch import nn
 
 from tests.conftest import ROOT
 
-try:  # first: timm and transformers import torchvision (remat/executor/compat.py)
+try:  # first: timm and transformers import torchvision (remat/models/compat.py)
     from remat.models.compat import import_torchvision
 
     import_torchvision()
@@ -20,8 +19,7 @@ except ModuleNotFoundError:
     pytest.skip("torchvision is not installed (.ci/run installs it)", allow_module_level=True)
 pytest.importorskip("transformers")
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import real_models  # noqa: E402  (benchmarks/real_models.py)
+from benchmarks import real_models  # noqa: E402  (after importorskip)
 
 
 @pytest.fixture(scope="module")

@@ -121,7 +121,7 @@ def test_cli_solve(tmp_path, capsys, form, expected):
 @pytest.mark.slow
 @pytest.mark.parametrize(("form", "expected"), ALL, ids=IDS)
 def test_with_budget(wrapped, form, expected):
-    _check(form, expected, lambda f: wrapped.with_budget(f).budget, wrapped.store_all_budget)
+    _check(form, expected, lambda f: wrapped.with_budget(f).budget, wrapped.store_all_peak)
 
 
 @pytest.mark.parametrize(("form", "expected"), [(f, e) for f, e in ALL if not callable(e)], ids=repr)
@@ -134,7 +134,7 @@ def test_checkpoint_and_compile_refuse_before_any_work(form, expected):
 @pytest.mark.slow
 def test_checkpoint_takes_a_share_of_its_own_store_all_peak(wrapped):
     """remat.checkpoint(budget="0.9"): 90% of the call's store-all peak (was 0 bytes on the CLI's reading)."""
-    assert wrapped.budget == wrapped.store_all_budget * 9 // 10
+    assert wrapped.budget == wrapped.store_all_peak * 9 // 10
 
 
 def test_zero_bytes_is_a_budget_no_strategy_meets(capsys):

@@ -65,7 +65,7 @@ def test_argument_errors_come_before_torch_is_imported():
         ["solve", RESNET, "--budget", "1.5"],
     ]
     script = (
-        "import json, sys\nfrom remat.cli.main import main\n"
+        "import json, sys\nfrom remat.cli.parser import main\n"
         f"codes = [main(argv) for argv in {cases!r}]\n"
         "print(json.dumps([codes, 'torch' in sys.modules]))"
     )

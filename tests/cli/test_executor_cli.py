@@ -98,7 +98,7 @@ def test_profile_errors_are_one_line(argv, message, tmp_path, capsys, monkeypatc
     if "--graph" in argv:
         import sys
 
-        monkeypatch.setitem(sys.modules, "remat.graph.profile", None)  # not built: ImportError
+        monkeypatch.setitem(sys.modules, "remat.graph.profiler", None)  # not built: ImportError
     code = main(["profile", *argv, "-o", str(tmp_path / "p.json")])
     err = capsys.readouterr().err
     assert code == 2

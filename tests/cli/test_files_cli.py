@@ -219,14 +219,15 @@ def _remat(*argv: str, env: dict | None = None, preexec_fn=_listening, **kwargs)
 # of site-packages, before any line of remat runs) answers a SIGINT with its own "Fatal Python
 # error: init_import_site" and a traceback; no program can change that. How long that start-up
 # takes depends on the machine's load, so a signal sent a fixed time after the process starts
-# lands there on a busy machine. The signal's moment is therefore measured from the import of
-# remat itself: a sitecustomize (the last step of site's start-up) adds an audit hook that
-# touches a file when ``remat.cli`` is imported (after remat/__main__.py's first lines, which take
-# the signal over: NOTE [Ctrl-C from remat's first line] there), and the test waits for that file.
+# lands there on a busy machine. The signal's moment is therefore measured from the moment remat
+# has taken the signal over: a sitecustomize (the last step of site's start-up) adds an audit hook
+# that touches a file when ``remat.cli.parser`` is imported (the first of the commands' imports, right
+# after ``remat.cli.main()``'s first lines take the signal: NOTE [Ctrl-C from remat's first line]
+# in remat/cli/__init__.py), and the test waits for that file.
 _STARTED = """
 import os, sys
 def _hook(event, args, _path=os.environ["REMAT_TEST_STARTED"]):
-    if event == "import" and args[0] == "remat.cli":
+    if event == "import" and args[0] == "remat.cli.parser":
         open(_path, "w").close()
 sys.addaudithook(_hook)
 """

@@ -2,7 +2,7 @@
 line on stderr and exit status 2, never "wrote" and exit 0 (NOTE [A write is done only once it is
 checked] and NOTE [Special files are written in place], remat/schedules/files.py).
 
-The commands run in this process (``remat.cli.main.main``): the torch ones (profile, plan,
+The commands run in this process (``remat.cli.parser.main``): the torch ones (profile, plan,
 execute) on the small zoo CNN with one thread. :data:`OUTPUTS` names each output flag's command
 line; a test reads the parser so that a new output flag without a row here fails.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from remat.cli.args import output_file, plot_file
-from remat.cli.main import build_parser, main
+from remat.cli.parser import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

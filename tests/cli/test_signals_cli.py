@@ -212,7 +212,7 @@ def _caught(number: int) -> bool:
 def test_an_ilp_solve_leaves_the_signals_as_it_found_them(tmp_path):
     """CP-SAT's own SIGINT handler is never installed: it used to be, for each search, and left
     SIGINT at SIG_DFL after it (a Ctrl-C then killed the process without a word)."""
-    from remat.cli.main import main
+    from remat.cli.parser import main
 
     small = ROOT / "examples" / "small_graph.json"
     assert _caught(signal.SIGINT), "Python's own SIGINT handler is not installed in this test process"

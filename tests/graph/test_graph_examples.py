@@ -9,7 +9,7 @@ import importlib.util
 
 import torch
 
-from remat.graph.profile import profile_graph
+from remat.graph.profiler import profile_graph
 from remat.zoo import gpt2
 from tests.conftest import ROOT
 

@@ -1,4 +1,4 @@
-"""Graphs of real models (remat.graph.profile): validity, sizes, mapping, skips, no side effects."""
+"""Graphs of real models (remat.graph.profiler): validity, sizes, mapping, skips, no side effects."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from remat.graph.profile import GRAD_OUTPUT_NAME, graph_plan, profile_graph
+from remat.graph.profiler import GRAD_OUTPUT_NAME, graph_plan, profile_graph
 from remat.schedules import GraphProfile, ProfileError, load_profile, simulate
 from remat.zoo import vision
 

@@ -11,9 +11,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from remat.joint.joint_profile import END, tensor_bytes
 from remat.joint.partition import resolve_budget
 from remat.joint.plan import held_at_backward, realize
-from remat.joint.profile import END, tensor_bytes
 from remat.joint.solve import solve_front
 from remat.joint.timing import node_times
 from remat.schedules import RematError, simulate_graph

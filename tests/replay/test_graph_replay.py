@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from remat.graph.profile import profile_graph
+from remat.graph.profiler import profile_graph
 from remat.replay.graph import GraphReplay, measure_graph
 from remat.schedules import InfeasibleBudgetError, RematError, ScheduleError, simulate
 from remat.solver.common import make_schedule

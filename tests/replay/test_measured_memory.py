@@ -150,7 +150,7 @@ def test_resnet18_graph_schedules_predict_the_allocator_within_0_12_percent(one_
     """The graph side judged like the chain side: a graph profile's overheads are the allocator's
     (kernel buffers included), so at store-all, Chen's greedy and the ILP at a tight budget the
     allocator's peak of the graph replay is the prediction within 0.12% (a few bytes: the loss scalar)."""
-    from remat.graph.profile import profile_graph
+    from remat.graph.profiler import profile_graph
     from remat.replay.graph import GraphReplay, compare_graph
 
     torch.manual_seed(0)
@@ -173,7 +173,7 @@ def test_resnet18_graph_schedules_predict_the_allocator_within_0_12_percent(one_
 
 
 def test_graph_replay_at_another_thread_count_warns(one_thread):
-    from remat.graph.profile import profile_graph
+    from remat.graph.profiler import profile_graph
     from remat.replay.graph import GraphReplay, compare_graph
 
     model = small.mlp()

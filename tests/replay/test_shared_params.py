@@ -56,7 +56,7 @@ class TiedFloat(nn.Module):
 
 
 def test_the_graph_replay_accumulates_a_shared_weight_like_plain_pytorch():
-    from remat.graph.profile import profile_graph
+    from remat.graph.profiler import profile_graph
     from remat.replay.graph import GraphReplay
     from tests.solver.graph.graph_schedules import checkpoint_schedule
 

@@ -94,7 +94,7 @@ def test_remat_checkpoint_trains_a_model_whose_forward_returns_a_bare_sum() -> N
     x = torch.randn(8, 32)
     ours = copy.deepcopy(model)
     wrapped = remat.checkpoint(ours, x, budget=1.0, repeats=1, warmup=0)
-    for step in (wrapped, wrapped.with_budget(wrapped.least_budget)):
+    for step in (wrapped, wrapped.with_budget(wrapped.least_peak)):
         reference = copy.deepcopy(ours)
         ours.zero_grad()
         step(x).backward()

@@ -14,7 +14,7 @@ import torch.utils.checkpoint as torch_checkpoint
 from torch import nn
 
 import tests.solver.chain.chain_ops as chain_ops
-from remat.graph.profile import profile_graph
+from remat.graph.profiler import profile_graph
 from remat.replay.chain import RematChain
 from remat.replay.graph import GraphReplay
 from tests.solver.graph.graph_schedules import checkpoint_schedule

@@ -1,4 +1,4 @@
-"""Stage names and merging at block granularity (remat/trace/naming.py, remat/trace/nodes.py
+"""Stage names and merging at block granularity (remat/trace/naming.py, remat/rewrite/nodes.py
 ``repeated_blocks``): a shared block called once per layer is one stage per call, blocks nested in
 repeated stages are cut per inner block, a lone indexed module inside a block stays in it."""
 

@@ -1,4 +1,4 @@
-"""Trace-based cutting (remat/executor/cut.py) and the proof that refuses a changed model (proof.py)."""
+"""Trace-based cutting (remat/trace/cut.py) and the proof that refuses a changed model (proof.py)."""
 
 from __future__ import annotations
 

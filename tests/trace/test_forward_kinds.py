@@ -12,9 +12,9 @@ import torch
 import torch.fx as fx
 from torch import nn
 
+from remat.rewrite.grad_mode import within_entry_grad_mode
 from remat.runtime.policies import applicable_policies, selective_forward
 from remat.schedules import RematError
-from remat.trace.grad_mode import within_entry_grad_mode
 from remat.trace.proof import check_forward_kinds, cut_model
 from remat.trace.repeatable import copy_mutated_sides
 from remat.trace.stage_errors import running_stage

@@ -1,6 +1,6 @@
 """A trace general in some input dimensions (NOTE [Dimensions a trace is general in],
 remat/trace/capture.py): the sizes it keeps symbolic, the guard it keeps, the sizes a model fixes,
-and the mask-branch pins that must not look at sizes (remat/trace/branches.py)."""
+and the mask-branch pins that must not look at sizes (remat/rewrite/branches.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import nn
 
+from remat.rewrite import branches
 from remat.schedules import RematError
-from remat.trace import branches
 from remat.trace.capture import TrainingStep
 from remat.trace.proof import cut_model
 from tests.api.test_api import TokenModel

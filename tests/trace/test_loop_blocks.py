@@ -1,5 +1,5 @@
 """A module the step calls again in a Python loop (NOTE [A module called in a loop],
-remat/trace/nodes.py ``repeated_blocks``): an ``nn.LSTMCell`` over the time steps, a shared MLP
+remat/rewrite/nodes.py ``repeated_blocks``): an ``nn.LSTMCell`` over the time steps, a shared MLP
 block, is one stage per call (``cell``, ``cell#2``, ...), so a recurrent loop is cut between its
 time steps; a module without parameters called again (an activation) is no block of its own."""
 
@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import remat
-from remat.trace.nodes import repeated_blocks
+from remat.rewrite.nodes import repeated_blocks
 from remat.trace.proof import cut_model
 from tests.step_grads import step_grads
 
@@ -91,8 +91,8 @@ def test_a_module_called_in_a_loop_is_cut_per_call_exact_and_least_well_below_st
     # one stage would make them equal; at these tiny sizes the true ratio is about 2.1 (it was over
     # 3 while every stage counted the input sequence its slice x[t] views: docs/model.md, "Every
     # byte counted once")
-    assert wrapped.least_budget * 2 < wrapped.store_all_budget, (wrapped.least_budget, wrapped.store_all_budget)
-    least = wrapped.with_budget(wrapped.least_budget)
+    assert wrapped.least_peak * 2 < wrapped.store_all_peak, (wrapped.least_peak, wrapped.store_all_peak)
+    least = wrapped.with_budget(wrapped.least_peak)
     plain = step_grads(model, lambda: _loss(model(x)))
     ours = step_grads(model, lambda: least(x))
     assert all(torch.equal(a, b) for a, b in zip(plain, ours, strict=True))

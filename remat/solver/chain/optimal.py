@@ -17,11 +17,10 @@ is claimed:
   budget's free memory, an eighth of it, ... down to the minimum, each with its own slot size)
   merged with store-all and the exact least-memory persistent schedule
   (:mod:`remat.solver.chain.dp.minimum`, no slots), dominated points dropped.
-* :func:`minimum_budget` is exact; :func:`solve` returns the fastest of the front's point within
-  the budget, the budget's own table's best and the earlier answers for the profile within the
-  budget, so it is monotone in the budget (over rising budgets across calls, too), resolves a
-  budget between two of the front's tables in its own slots, and succeeds at every budget from
-  the minimum on.
+* :func:`minimum_budget` is exact; :func:`solve` returns the faster of the front's point within
+  the budget and the budget's own table's best, so it is never slower than the front at any
+  smaller budget, resolves a budget between two of the front's tables in its own slots, succeeds
+  at every budget from the minimum on, and answers alike whatever the process solved before.
 
 A profile whose stages have recording options (docs/model.md, "Several recording options per
 stage") is solved by
@@ -89,11 +88,10 @@ def minimum_budget(profile: ChainProfile, slots: int = DEFAULT_SLOTS) -> int:
 def solve(profile: ChainProfile, budget: int, slots: int = DEFAULT_SLOTS) -> Schedule:
     """The fastest schedule within ``budget`` bytes among the multi-scale front (see
     :func:`optimal_front`) and the budget's own table (``slots`` levels over its free memory, which
-    resolves a budget between two of the front's tables finely), and every schedule that an
-    earlier call returned for this profile and ``slots``: optimal among persistent schedules up
-    to each table's discretization; monotone in the budget (a larger budget never gets a slower
-    schedule than the front gives, or than a call before it got at a smaller budget); a schedule at
-    every budget from :func:`minimum_budget` (exact) on."""
+    resolves a budget between two of the front's tables finely): optimal among persistent
+    schedules up to each table's discretization; never slower than the front gives at a smaller
+    budget; a schedule at every budget from :func:`minimum_budget` (exact) on. A function of
+    (profile, budget, slots) alone: no earlier call's answer takes part."""
     profile = require_chain(profile, NAME)
     check_slots(slots)
     if profile.length > blocked.FLAT_LIMIT:

@@ -35,9 +35,9 @@ forwards over store-all. When no c fits, the error states the smallest peak over
 
 from __future__ import annotations
 
-from functools import lru_cache
 from math import comb
 
+from remat.cache import memo
 from remat.schedules import ChainProfile, InfeasibleBudgetError, Op, RematError, Schedule
 from remat.schedules.fast_chain import chain_costs, profile_arrays
 from remat.schedules.simulator import simulate_chain
@@ -98,7 +98,7 @@ def revolve_ops(length: int, slots: int) -> list[Op]:
     return ops
 
 
-@lru_cache(maxsize=4)
+@memo(4)
 def _op_tuples(length: int) -> tuple[list[Op], ...]:
     """The ops ``F_ck i``, ``F_n i``, ``F_all i`` and ``B i`` for i < ``length``, built once per length."""
     return tuple([(name, i) for i in range(length)] for name in ("F_ck", "F_n", "F_all", "B"))

@@ -8,31 +8,16 @@ pruning starts after 96 candidates), so both are compared with the plain recurre
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from benchmarks.optimal_numpy import build_table_numpy
 from remat.schedules import ChainProfile, Stage
 from remat.solver.chain.dp.table import STORE_ALL, build_table, slot_size
 from remat.solver.chain.optimal import minimum_budget
 from remat.solver.chain.store_all import store_all_peak
-
-_BASELINE = Path(__file__).resolve().parents[3] / "benchmarks" / "optimal_numpy.py"
-
-
-def _numpy_baseline():
-    spec = importlib.util.spec_from_file_location("optimal_numpy_baseline", _BASELINE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up while being defined
-    spec.loader.exec_module(module)
-    return module.build_table_numpy
-
-
-build_table_numpy = _numpy_baseline()
 
 
 def random_chain(n: int, seed: int, unit: int) -> ChainProfile:

@@ -48,8 +48,8 @@ What is claimed (proofs in one line each, tests in tests/solver/chain/test_block
   on its loss against any schedule.
 
 Unlike the flat front door, :func:`solve` answers from the budget's own table and the family's
-least-memory schedule only (no memory of earlier calls): optimal over the family at the budget
-up to its slots, not guaranteed monotone across budgets finer than a slot.
+least-memory schedule only (no front; like it, no memory of earlier calls): optimal over the
+family at the budget up to its slots, not guaranteed monotone across budgets finer than a slot.
 
 Units: bytes and milliseconds.
 """

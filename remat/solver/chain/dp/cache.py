@@ -1,4 +1,5 @@
-"""What the chain DP keeps between calls, in one owner: :data:`CACHE`.
+"""What the chain DP keeps between calls, in one owner: :data:`CACHE`, a
+:class:`~remat.cache.KeyedCache` per kind (so :func:`remat.cache.clear_caches` empties it).
 
 Every entry is keyed by its kind and a key that starts with the profile's digest, and each kind
 is bounded on its own (:data:`BOUNDS`):
@@ -7,21 +8,21 @@ is bounded on its own (:data:`BOUNDS`):
   while their decisions add up to at most :data:`TABLE_BYTES` (at least one is kept), least
   recently used first out: a 1000-stage front is 3 tables, ~410 MB of decisions (int16) in all;
 * ``"minimum"``, ``"front"``: a profile's exact minimum and its front, for :data:`PROFILES` profiles;
-* ``"answers"``: the schedules :func:`remat.solver.chain.dp.single.solve` returned per profile and
-  slots, which keep it monotone over rising budgets across calls (:data:`PROFILES` profiles);
 * ``"options table"``, ``"options front"``: the multi-option DP's tables and fronts
   (:data:`PROFILES` each).
 
-Apart from the tables, the first entry in is the first out. ``CACHE.clear()`` forgets everything:
-the next call recomputes, and solve's memory of earlier answers starts afresh.
+Apart from the tables, the first entry in is the first out. What is kept is work, never an
+answer: every entry is a function of its key, so a solve answers alike whatever came before
+(``tests/solver/test_history.py``). ``CACHE.clear()`` forgets everything: the next call recomputes.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from remat.cache import KeyedCache
 
 
 @dataclass(frozen=True)
@@ -37,12 +38,15 @@ class Bound:
 
 
 class DPCache:
-    """A keyed cache bounded per kind (see the module doc). Not shared across processes; the
-    front's threads only read it while the caller stores what they filled."""
+    """A :class:`~remat.cache.KeyedCache` per kind, bounded as ``bounds`` says (see the module doc).
+    Not shared across processes; the front's threads only read it while the caller stores what
+    they filled."""
 
     def __init__(self, bounds: Mapping[str, Bound]) -> None:
-        self._bounds = dict(bounds)
-        self._kinds: dict[str, OrderedDict[Hashable, Any]] = {kind: OrderedDict() for kind in bounds}
+        self._kinds = {
+            kind: KeyedCache(items=b.items, nbytes=b.nbytes, size=b.size, refresh=b.refresh)
+            for kind, b in bounds.items()
+        }
 
     def __contains__(self, kind_key: tuple[str, Hashable]) -> bool:
         kind, key = kind_key
@@ -50,38 +54,20 @@ class DPCache:
 
     def get(self, kind: str, key: Hashable, default: Any = None) -> Any:
         """The entry, or ``default``; a hit on a refreshing kind makes it the most recent."""
-        entries = self._kinds[kind]
-        if key not in entries:
-            return default
-        if self._bounds[kind].refresh:
-            entries.move_to_end(key)
-        return entries[key]
+        return self._kinds[kind].get(key, default)
 
     def put(self, kind: str, key: Hashable, value: Any) -> None:
         """Store ``value`` (an existing key keeps its place in the order), then drop the oldest
         entries of that kind past its bound."""
-        entries = self._kinds[kind]
-        entries[key] = value
-        bound = self._bounds[kind]
-        if bound.items is not None:
-            while len(entries) > bound.items:
-                entries.popitem(last=False)
-        if bound.nbytes is not None and bound.size is not None:
-            while len(entries) > 1 and sum(bound.size(entry) for entry in entries.values()) > bound.nbytes:
-                entries.popitem(last=False)
+        self._kinds[kind].put(key, value)
 
     def get_or_put(self, kind: str, key: Hashable, compute: Callable[[], Any]) -> Any:
         """The entry, computing and storing it on a miss."""
-        found = self.get(kind, key, _MISSING)
-        if found is _MISSING:
-            found = compute()
-            self.put(kind, key, found)
-        return found
+        return self._kinds[kind].get_or_put(key, compute)
 
     def clear(self) -> None:
         """Forget every entry of every kind."""
-        for entries in self._kinds.values():
-            entries.clear()
+        self.release(*self._kinds)
 
     def release(self, *kinds: str) -> None:
         """Forget every entry of these kinds (the others are kept)."""
@@ -93,7 +79,6 @@ class DPCache:
         return len(self._kinds[kind])
 
 
-_MISSING = object()
 TABLE_BYTES = 640 << 20  # a 1000-stage front: 3 tables, ~410 MB of decisions (int16) in all
 PROFILES = 4  # entries (a profile, or a profile and its slots) kept of each other kind: each O(n**2) bytes at most
 
@@ -101,7 +86,6 @@ BOUNDS = {
     "table": Bound(nbytes=TABLE_BYTES, size=lambda table: table.flat.nbytes, refresh=True),
     "minimum": Bound(items=PROFILES),
     "front": Bound(items=PROFILES),
-    "answers": Bound(items=PROFILES),
     "options table": Bound(items=PROFILES),
     "options front": Bound(items=PROFILES),
     # the blocked DP of long chains (remat.solver.chain.dp.blocked): ~130 MB a table at 10,000 stages
@@ -115,7 +99,7 @@ TABLES = ("table", "options table", "blocked table")  # the kinds of O(n**2 * sl
 
 
 def release_tables() -> None:
-    """Forget the filled DP tables (:data:`TABLES`), keeping the minima, fronts and answers (small):
+    """Forget the filled DP tables (:data:`TABLES`), keeping the minima and fronts (small):
     a later solve of the same profile at another budget fills its tables again (seconds), and
     until then the host holds no table. remat.checkpoint calls it after each solve of its own, so
     that the tables (tens of MiB at a few hundred stages) do not stay beside the proof and the

@@ -4,9 +4,9 @@ its answer at a budget (the claims are in :mod:`remat.solver.chain.optimal`).
 The front merges tables at several scales (:func:`scales`: the store-all budget's free memory,
 an eighth of it, ... down to the minimum, each with its own slot size) with store-all and the
 exact least-memory persistent schedule (:mod:`remat.solver.chain.dp.minimum`, no slots), dominated
-points dropped. :func:`solve` returns the fastest of the front's point within the budget, the
-budget's own table's best and the earlier answers for the profile within the budget (all kept in
-:data:`remat.solver.chain.dp.cache.CACHE`).
+points dropped. :func:`solve` returns the faster of the front's point within the budget and the
+budget's own table's best (tables and fronts kept in :data:`remat.solver.chain.dp.cache.CACHE`):
+a function of the profile, the budget and the slots alone, whatever the process solved before.
 
 Units: bytes and milliseconds.
 """
@@ -40,7 +40,6 @@ _STORE_ALL_SOURCE = -2
 
 _Source = tuple[int, int, int]  # (free bytes of its table, its levels, level), or (0, 0, _MINIMUM / _STORE_ALL_SOURCE)
 _Answer = tuple[int, float, _Source]  # (peak bytes, compute ms of its Plan, source)
-_MAX_KNOWN = 4096  # answers kept per profile (only undominated ones are kept at all)
 
 
 def check_slots(slots: object) -> None:
@@ -219,9 +218,9 @@ def _own_source(profile: ChainProfile, budget: int, slots: int) -> _Source | Non
 
 
 def _best(profile: ChainProfile, budget: int, slots: int) -> tuple[Plan, _Source]:
-    """The fastest schedule within ``budget`` among the front's, the budget's own table's and the
-    answers of earlier calls for this profile and ``slots``; remembered for later calls. Times are
-    compared as their Plans sum them (what the simulator checks), ties going to the front."""
+    """The faster schedule within ``budget`` of the front's and the budget's own table's. Times are
+    compared as their Plans sum them (what the simulator checks), ties going to the front. No
+    answer of an earlier call takes part: a solve's answer is its arguments' alone (issue 44)."""
     found = front(profile, slots)
     index = bisect.bisect_right([p.peak_memory for p in found.points], budget) - 1
     if index < 0:
@@ -233,23 +232,7 @@ def _best(profile: ChainProfile, budget: int, slots: int) -> tuple[Plan, _Source
         answer, candidate = _answer(profile, own)
         if answer[1] < best[1]:
             best, chosen = answer, candidate
-    key = (profile.sha256, slots)
-    known = CACHE.get("answers", key, ())
-    earlier = [answer for answer in known if answer[0] <= budget and answer[1] < best[1]]
-    if earlier:
-        best = min(earlier, key=lambda answer: answer[1])
-        chosen = _plan_of(profile, best[2])
-    if best[2] != found.sources[index] and best not in known:
-        CACHE.put("answers", key, _undominated((*known, best))[-_MAX_KNOWN:])
     return chosen, best[2]
-
-
-def _undominated(answers: tuple[_Answer, ...]) -> tuple[_Answer, ...]:
-    kept: list[_Answer] = []
-    for answer in sorted(answers, key=lambda a: (a[0], a[1])):
-        if not kept or answer[1] < kept[-1][1]:
-            kept.append(answer)
-    return tuple(kept)
 
 
 def solve(profile: ChainProfile, budget: int, slots: int) -> Schedule:
