@@ -1,6 +1,6 @@
 """remat on issue 42's architectures: the columns of benchmarks/real_models.py, and bf16 autocast.
 
-    python benchmarks/issue42_models.py [--only clip,mamba] [--runs 3]
+    python -m benchmarks.issue42_models [--only clip,mamba] [--runs 3] [--merge PARTIAL] [--out PATH]
 
 One row per architecture of issue 42's classes, small configs of library models (random weights)
 and hand-built nets: a two-tower contrastive model (CLIP, SigLIP), an encoder-decoder speech model
@@ -21,8 +21,10 @@ The bf16 column: the model cut inside ``torch.autocast("cpu", dtype=torch.bfloat
 benchmarks/autocast_models.py), predicted vs measured at half the store-all peak (or halfway from
 the least) and at the least budget, remat's loss and gradients ``torch.equal`` to plain autocast
 training at both, and whether the per-block baseline's are. Writes
-benchmarks/results/issue42_models.json (with the machine) and, on a full run, the table into
-docs/models.md between its marker comments; ``--only`` writes issue42_models_partial.json.
+benchmarks/results/issue42_models.json (``--out``; with the machine) and, on a full run, the table
+into docs/models.md between its marker comments; an ``--only`` run writes a partial file (a
+temporary folder unless ``--out``), which ``--merge PARTIAL`` puts into the full run's rows.
+``--quick``: the custom-Function row, no error column.
 """
 
 from __future__ import annotations
@@ -30,25 +32,22 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import autocast_models  # benchmarks/autocast_models.py (run from the repo root)
-import machine_info
-import real_models  # benchmarks/real_models.py: Case, the cells, the baselines
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 import remat
+from benchmarks import autocast_models, common, real_models  # Case, the cells, the baselines
 from remat.models.compat import import_torchvision
 from remat.schedules import RematError
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
 BEGIN, END = "<!-- issue42_models:begin -->", "<!-- issue42_models:end -->"
 
 
@@ -417,10 +416,10 @@ def write_doc(table: str, note: str, doc: Path = real_models.DOC) -> None:
     doc.write_text(f"{before}{BEGIN}\n{note}\n\n{table}\n{END}{rest.split(END, 1)[1]}")
 
 
-def merge(partial: Path) -> None:
-    """Put the rows of a partial run (``--only``) into the full run's results and table, by name;
-    a partial row's cell that is None (``--runs 0``: no error column) keeps the full run's."""
-    path = RESULTS / "issue42_models.json"
+def merge(partial: Path, path: Path) -> None:
+    """Put the rows of a partial run (``--only``) into the full run's results at ``path`` and its
+    table, by name; a partial row's cell that is None (``--runs 0``: no error column) keeps the
+    full run's."""
     full, part = json.loads(path.read_text()), json.loads(partial.read_text())
     newer = {row["model"]: row for row in part["rows"]}
     for i, row in enumerate(full["rows"]):
@@ -430,7 +429,7 @@ def merge(partial: Path) -> None:
     full["rows"] += [{**row, "rerun": part["machine"]} for row in newer.values()]
     order = {name: i for i, name in enumerate(ARCHS)}  # the table's order, whatever ran first
     full["rows"].sort(key=lambda row: order.get(row["model"], len(order)))
-    path.write_text(json.dumps(full, indent=1, default=str) + "\n")
+    common.write_result(full, path, indent=1, default=str)
     write_doc(markdown(full["rows"]), full["header"])
     print(f"merged {partial} into {path} and the table in {real_models.DOC}")
 
@@ -440,9 +439,13 @@ def main() -> None:
     parser.add_argument("--only", help=f"comma-separated rows of: {', '.join(ARCHS)}")
     parser.add_argument("--runs", type=int, default=3, help="fresh profiles quiet and loaded (default 3; 0: no column)")
     parser.add_argument("--merge", type=Path, help="a partial run's JSON whose rows replace the full run's, by name")
+    common.add_quick(parser, "the custom-Function row, no error column")
+    common.add_out(parser, "issue42_models")
     args = parser.parse_args()
     if args.merge:
-        return merge(args.merge)
+        return merge(args.merge, common.out_path(args, "issue42_models"))
+    if args.quick:
+        args.only, args.runs = "swish-function", 0
     if args.runs < 0:
         parser.error("--runs: must be 0 or more")
     wanted = args.only.split(",") if args.only else list(ARCHS)
@@ -450,7 +453,7 @@ def main() -> None:
     if unknown:
         parser.error(f"--only: unknown row {unknown[0]!r}; known: {', '.join(ARCHS)}")
     torch.set_num_threads(1)
-    machine = machine_info.machine(note="shared 2-core machine (other sessions' jobs beside it)")
+    machine = common.machine(note="shared 2-core machine (other sessions' jobs beside it)")
     archs, rows = {name: ARCHS[name]() for name in wanted}, []
     for name, arch in archs.items():
         begin = time.perf_counter()
@@ -458,9 +461,10 @@ def main() -> None:
         print(json.dumps(rows[-1], default=str), flush=True)
     note, table = header(archs), markdown(rows)
     print(note + "\n\n" + table)
-    out = RESULTS / ("issue42_models_partial.json" if args.only else "issue42_models.json")
-    out.write_text(json.dumps({"machine": machine, "header": note, "rows": rows}, indent=1, default=str) + "\n")
-    print(f"wrote {out}")
+    out = common.out_path(args, "issue42_models")
+    if args.only and args.out is None and not args.quick:  # a partial run is not the benchmark's result
+        out = Path(tempfile.gettempdir()) / "remat-benchmarks" / "issue42_models_partial.json"
+    common.write_result({"machine": machine, "header": note, "rows": rows}, out, indent=1, default=str)
     if not args.only:
         write_doc(table, note)
         print(f"wrote the table into {real_models.DOC}")

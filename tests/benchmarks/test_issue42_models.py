@@ -5,11 +5,8 @@ rows replace the full run's by name, keeping the cells it did not measure."""
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
-
-from tests.conftest import ROOT
 
 try:  # first: transformers imports torchvision (remat/models/compat.py)
     from remat.models.compat import import_torchvision
@@ -19,8 +16,7 @@ except ModuleNotFoundError:
     pytest.skip("torchvision is not installed (.ci/run installs it)", allow_module_level=True)
 pytest.importorskip("transformers")
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import issue42_models  # noqa: E402  (benchmarks/issue42_models.py)
+from benchmarks import issue42_models  # noqa: E402  (after importorskip)
 
 BF16 = {"stages": 3, "fraction": 0.5, "half": {"error": -0.01}, "least": {"failed": "boom"},
         "equal_half": True, "equal_least": False, "baseline_equal": True}  # fmt: skip
@@ -46,9 +42,8 @@ def test_a_partial_rerun_replaces_rows_by_name_and_keeps_cells_it_did_not_measur
     (tmp_path / "issue42_models.json").write_text(json.dumps(full))
     (tmp_path / "partial.json").write_text(json.dumps(partial))
     tables = []
-    monkeypatch.setattr(issue42_models, "RESULTS", tmp_path)
     monkeypatch.setattr(issue42_models, "write_doc", lambda table, note: tables.append((table, note)))
-    issue42_models.merge(tmp_path / "partial.json")
+    issue42_models.merge(tmp_path / "partial.json", tmp_path / "issue42_models.json")
     rows = json.loads((tmp_path / "issue42_models.json").read_text())["rows"]
     assert [r["model"] for r in rows] == ["a", "b"] and "rerun" not in rows[0]
     assert rows[1]["errors"] == errors[1] and rows[1]["bf16_inside"]["equal_least"] is True
