@@ -58,6 +58,7 @@ SUITE = (
     # --runs 0: no fresh profiles beside busy processes for the error column (minutes)
     Benchmark("real_models", "remat against plain PyTorch and HF checkpointing", TV, ("--quick", "--runs", "0")),
     Benchmark("autocast_models", "remat under bf16 / fp16 autocast", TV),
+    Benchmark("issue42_models", "issue 42's architectures: real_models' columns and bf16 cut inside autocast", TV),
     Benchmark("dynamic_shapes", "batches of every shape: remat against HF checkpointing", TV),
     Benchmark("gpt2_compare", "GPT-2 side by side: remat, HF checkpointing, torch.compile", ("transformers",)),
     Benchmark("trainer_first_step", "time to the first step under a transformers.Trainer", HF_TRAINER),

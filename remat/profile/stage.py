@@ -12,6 +12,7 @@ from torch import nn
 
 from remat.measure.allocator import AllocatorMeter
 from remat.measure.memory import allocated_bytes, storage_key, untracked
+from remat.runtime.core import outside_autocast
 from remat.runtime.release import released_backward
 from remat.schedules.chain_profile import lowest_backward_overhead
 from remat.trace import boundary
@@ -65,7 +66,8 @@ Recorded = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 def run_backward(state: Recorded) -> None:
     """The backward of one measured step (a no-op when the output needs no gradient)."""
     _, out, grad = state
-    boundary.backward(out, grad)
+    with outside_autocast():  # as the replay's backward runs (NOTE [Autocast's weight-cast cache])
+        boundary.backward(out, grad)
 
 
 def recorded(forward_record: Callable[[], tuple[torch.Tensor, torch.Tensor]]) -> Callable[[], Recorded]:
@@ -115,7 +117,8 @@ def record_and_backward_memory(
         # NOTE [Early release at a stage's backward]: the replay's B i, references and all
         pending = [(rec_out, grad_out)]
         del rec_out, grad_out
-        released_backward(pending, release=not last)
+        with outside_autocast():  # as the replay's backward runs (NOTE [Autocast's weight-cast cache])
+            released_backward(pending, release=not last)
         del leaf
     record, _, back = meter.phases
     # what stays allocated after the recording forward is what F_all holds (abar); the allocator
