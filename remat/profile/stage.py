@@ -22,7 +22,7 @@ from remat.trace.boundary import Boundary, boundary_bytes, ones_like, tensors
 # NOTE [The profile's gradients]: the profile measures with pre-allocated zeroed gradients (the
 # condition of a replay after ``zero_grad()``). Parameters, gradients and optimizer state are
 # outside the budget, but only one set of gradients: allocating zeroed copies beside the model's
-# own held two (on the residual MLP of 200 blocks of benchmarks/does_not_fit.py, 105 MiB of the
+# own held two (on the residual MLP of 200 blocks of benchmarks/does_not_fit.py, 101 MiB of the
 # profile phase's +145 MiB of host RSS, allocated inside ``untracked()``, so no meter saw them,
 # and under the benchmark's address-space cap the phase ran out of memory). So a gradient that is
 # None gets zeros (training makes that set anyway, and ``restore`` drops them), one already zeroed
