@@ -80,8 +80,10 @@ CHILD_ENV = {"MALLOC_ARENA_MAX": "1", "MALLOC_MMAP_THRESHOLD_": str(32 * 1024), 
 # state (TorchDynamo's graph, the fx stages, the profile phase's transients) and the allocator
 # meter's records share the address space with the device's emulated memory. llama passed at 128
 # (2026-12-07 22:00 UTC). resmlp failed at 128 and at 160 (its profile phase ran out) with the meter
-# around the first call; it passed at 160 before that meter existed; lstm and resnet not rerun.
-SLACK_MIB = {"llama": 128, "resmlp": 160, "resnet": 160, "lstm": 160}
+# around the first call; it passed at 160 before that meter existed. With the profile's second set
+# of gradients gone (2026-12-08), resmlp at batch 1024 and 96 (plain 2.4x the cap) and lstm at 128
+# still ran out in the profile phase: the meter's own records (docs/benchmarks.md); resnet not rerun.
+SLACK_MIB = {"llama": 128, "resmlp": 96, "resnet": 160, "lstm": 128}
 QUICK_SLACK_MIB = 256  # --quick: Python's objects outweigh the tiny steps
 
 
@@ -173,7 +175,7 @@ def sizes(name: str, quick: bool) -> dict:
     full = {
         "llama": {"layers": 6, "hidden": 256, "heads": 4, "intermediate": 688, "vocab": 2048, "seq": 1024},
         "resnet": {"arch": "resnet50", "batch": 16, "image": 128, "classes": 10},
-        "resmlp": {"blocks": 200, "width": 128, "hidden": 512, "batch": 512, "classes": 10},
+        "resmlp": {"blocks": 200, "width": 128, "hidden": 512, "batch": 1024, "classes": 10},
         "lstm": {"features": 128, "hidden": 128, "batch": 256, "seq": 256, "classes": 10},
     }
     tiny = {

@@ -109,7 +109,7 @@ def kept_buffers(module: nn.Module) -> Iterator[None]:
                 buffer.copy_(value)
 
 
-Grads = Literal["same", "copy"] | None
+Grads = Literal["same", "copy", "zeroed"] | None
 
 
 class StepState:
@@ -117,7 +117,8 @@ class StepState:
     the CPU and of every accelerator device (:func:`rng_devices`), the module's buffers and, with
     ``grads``, its parameters' gradients, either the tensors themselves (``"same"``: for steps
     that give the parameters new gradient tensors) or copies (``"copy"``: for steps that add into
-    them in place). ``off_device``: the copies wait off the device (NOTE [The proof's memory] in
+    them in place) or zeroed for a measurement (``"zeroed"``: NOTE [The profile's gradients]).
+    ``off_device``: the copies wait off the device (NOTE [The proof's memory] in
     remat/trace/proof.py), and the parameters' gradients are dropped meanwhile: the device holds
     one set of gradients, not two. Copies are remat's own bookkeeping (``untracked()``).
 
@@ -129,7 +130,10 @@ class StepState:
         place = OffDevice() if off_device else None
         with untracked(), torch.no_grad():
             self.buffers = [(b, _kept(b, place)) for b in module.buffers()]
-            self.grads = [(p, _kept_grad(p, grads, place)) for p in module.parameters()] if grads else []
+            if grads == "zeroed":
+                self.grads = [(p, _zeroed_grad(p)) for p in module.parameters() if p.requires_grad]
+            else:
+                self.grads = [(p, _kept_grad(p, grads, place)) for p in module.parameters()] if grads else []
         self.rng = RngState.current()
 
     def reset(self) -> None:
@@ -176,6 +180,33 @@ def _kept_grad(p: torch.Tensor, grads: Grads, place: OffDevice | None) -> Callab
         return _grad_off_device(p, place)
     kept = grad if grads == "same" else grad.detach().clone()
     return lambda: kept
+
+
+# NOTE [The profile's gradients]: the profile measures with pre-allocated zeroed gradients (the
+# condition of a replay after ``zero_grad()``). Parameters, gradients and optimizer state are
+# outside the budget, but only one set of gradients: allocating zeroed copies beside the model's
+# own held two (on the residual MLP of 200 blocks of benchmarks/does_not_fit.py, 101 MiB of the
+# profile phase's +145 MiB of host RSS, allocated inside ``untracked()``, so no meter saw them,
+# and under the benchmark's address-space cap the phase ran out of memory). So a gradient that is
+# None gets zeros (training makes that set anyway, and the restore drops them), one already zeroed
+# is measured in place and zeroed again after (the same tensor: a caller's reference stays good),
+# and one holding values (a step of gradient accumulation) waits off the device while zeros take
+# its place, and comes back at the same strides (a new tensor, as with ``off_device``).
+def _zeroed_grad(p: torch.Tensor) -> Callable[[], torch.Tensor | None]:
+    """Give ``p`` a zeroed gradient for a measurement (NOTE [The profile's gradients]), and how to
+    give it its own back."""
+    grad = p.grad
+    if grad is not None and not grad.any():  # zeroed already (zero_grad(set_to_none=False))
+        return _zeroed_again(grad)
+    back = (lambda: None) if grad is None else _grad_off_device(p, OffDevice())
+    del grad
+    p.grad = torch.zeros_like(p)
+    return back
+
+
+def _zeroed_again(grad: torch.Tensor) -> Callable[[], torch.Tensor]:
+    """``grad`` itself, zeroed again (measured in place: NOTE [The profile's gradients])."""
+    return grad.zero_
 
 
 def _grad_off_device(p: torch.Tensor, place: OffDevice) -> Callable[[], torch.Tensor]:

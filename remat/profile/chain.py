@@ -64,7 +64,6 @@ from remat.profile.stage import (
     record_and_backward_memory,
     recorded,
     run_backward,
-    zeroed_grads,
 )
 from remat.runtime.core import accelerator_devices, grad_leaf, trainable_params, uncached_casts
 from remat.schedules import ChainProfile, RematError, Stage
@@ -385,10 +384,9 @@ def profile_chain(
     chain = as_chain(model)
     device = example_input.device
     meta = device.type == "meta"
-    state = StepState(chain, grads="same")
+    state = StepState(chain, grads="zeroed")  # NOTE [The profile's gradients]
     input_grad = True if input_grad is None else bool(input_grad)
     try:
-        zeroed_grads(chain)
         x = example_input.detach()
         _warm_up(chain, x, 0 if meta else max(0, warmup))
         stages, estimated = _measure_stages(chain, x, 0 if meta else warmup, progress, stage_times, input_grad)

@@ -40,7 +40,6 @@ from remat.profile.stage import (
     record_and_backward_memory,
     recorded,
     run_backward,
-    zeroed_grads,
 )
 from remat.runtime.core import grad_leaf, uncached_casts
 from remat.runtime.policies import applicable_policies, selective_forward
@@ -133,10 +132,9 @@ def with_measured_options(
     device = example_input.device
     if device.type == "meta":
         return profile  # nothing runs on meta: recomputation has no time to measure
-    state = StepState(chain, grads="same")
+    state = StepState(chain, grads="zeroed")  # NOTE [The profile's gradients]
     stages = []
     try:
-        zeroed_grads(chain)
         x = example_input.detach()
         outside = outside_storages(chain, x)
         sizes = [profile.input_size, *(s.output_size for s in profile.stages)]  # a_i's bytes

@@ -11,21 +11,12 @@ import torch
 from torch import nn
 
 from remat.measure.allocator import AllocatorMeter
-from remat.measure.memory import allocated_bytes, storage_key, untracked
+from remat.measure.memory import allocated_bytes, storage_key
 from remat.runtime.core import outside_autocast
 from remat.runtime.release import released_backward
 from remat.schedules.chain_profile import lowest_backward_overhead
 from remat.trace import boundary
 from remat.trace.boundary import Boundary, boundary_bytes, ones_like, tensors
-
-
-def zeroed_grads(module: nn.Module) -> None:
-    """Pre-allocate zeroed parameter gradients (the replay's measurement condition) as new tensors,
-    the parameters' own left to the :class:`~remat.measure.state.StepState` that keeps them."""
-    with untracked():
-        for p in module.parameters():
-            if p.requires_grad:
-                p.grad = torch.zeros_like(p)
 
 
 def outside_storages(chain: nn.Module, x: Boundary) -> frozenset:
@@ -140,5 +131,4 @@ __all__ = [
     "record_and_backward_memory",
     "recorded",
     "run_backward",
-    "zeroed_grads",
 ]

@@ -35,12 +35,14 @@ semantics and use this module for everything a recomputation must preserve (docs
 from __future__ import annotations
 
 import contextlib
+import functools
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.utils.dlpack
 from torch.autograd.graph import _get_grad_fn_or_grad_acc
 
 from remat.measure.memory import notify_resized, untracked
@@ -292,6 +294,42 @@ def _holds_gradient(param: torch.Tensor) -> bool:
     return grad is not None and bool(grad.any())
 
 
+# NOTE [The running sum stays in .grad's buffer]: a shared parameter's running sum is ``.grad``'s
+# own buffer, handed to a piece's backward as the first gradient of the parameter's AccumulateGrad
+# (NOTE [Shared parameters under gradient accumulation]). Autograd's input buffer adds the piece's
+# gradients into it in place only while it holds the last reference to the tensor *and* to its
+# storage; a Python object of that storage (``torch.save`` of the gradients, ``.untyped_storage()``,
+# anything that pickles them) outlives its last Python reference in torch 2.x and holds one. Then
+# the engine added out of place into the piece's fresh gradient (``g + sum``: the same bits, float
+# addition commutes), the caller's buffer was freed and the fresh one became ``.grad``: the same
+# bytes live, but a meter opened after ``.grad`` was made saw a gradient-sized allocation and no
+# free (benchmarks/does_not_fit.py's LSTM: steps 2-3, after step 1's gradients were saved with
+# ``torch.save``, measured one weight's and two biases' gradients, 266,244 bytes, above step 1 and
+# the prediction), and ``.grad`` was no longer the caller's tensor (a bucket view under DDP's
+# ``gradient_as_bucket_view``). So the engine is handed an alias of the sum with a storage of its
+# own (DLPack: the same memory, nobody else's storage object), which it adds into in place and
+# AccumulateGrad steals; a post-accumulate hook then makes the sum itself ``.grad`` again (or
+# copies into it, should the engine still have added out of place). Nothing is allocated.
+def _alias(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``'s memory under a storage of its own (DLPack), or ``tensor`` where DLPack cannot
+    carry it (NOTE above)."""
+    try:
+        return torch.utils.dlpack.from_dlpack(torch.utils.dlpack.to_dlpack(tensor))
+    except (BufferError, RuntimeError, TypeError):
+        return tensor
+
+
+def _back_into(buffer: torch.Tensor, param: torch.Tensor) -> None:
+    """Post-accumulate hook: ``buffer`` (the running sum an alias of which the backward was handed)
+    is ``param.grad`` again, holding what autograd accumulated (NOTE above)."""
+    grad = param.grad
+    if grad is None or grad is buffer:
+        return
+    if grad.data_ptr() != buffer.data_ptr():
+        buffer.copy_(grad)
+    param.grad = buffer
+
+
 class GradSink:
     """How one backward of a replay delivers parameter gradients (see the module docstring).
 
@@ -361,22 +399,32 @@ class GradSink:
         pops them), so shared parameters sum as in plain autograd (NOTE [Shared parameters under
         gradient accumulation]). Without it each piece's sum is added to the previous ones."""
         returned = [p for p in params if self._mode.get(id(p)) == "return"]
-        kept = [p.grad for p in returned]
+        before = [p.grad for p in returned]
         for p in returned:
             p.grad = None
         seeds = self._running(params) if inject else []
         summed = {id(p) for p, _ in seeds}
+        # NOTE [The running sum stays in .grad's buffer]: the engine is handed an alias of each
+        # accumulated sum, and a hook puts the sum itself back as .grad after the AccumulateGrad
+        own, hooks = {}, []
+        for k, (p, running) in enumerate(seeds):
+            if self._mode.get(id(p)) == "accumulate":
+                own[id(p)], seeds[k] = running, (p, _alias(running))
+                hooks.append(p.register_post_accumulate_grad_hook(functools.partial(_back_into, running)))
         try:
             yield seeds
         finally:
+            for handle in hooks:
+                handle.remove()
             for p, running in seeds:  # not injected (the backward had nothing to run): put back
                 if self._mode.get(id(p)) == "return":
                     self._returned[id(p)] = running
                     summed.discard(id(p))
                 else:
-                    p.grad = running
+                    p.grad = own.get(id(p), running)
+            own.clear()
             seeds.clear()
-            for p, grad in zip(returned, kept, strict=True):
+            for p, grad in zip(returned, before, strict=True):
                 new, p.grad = p.grad, grad
                 if new is not None:
                     old = None if id(p) in summed else self._returned.get(id(p))

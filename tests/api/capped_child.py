@@ -4,8 +4,11 @@ the emulation of a device whose memory the plain step does not fit.
 
 ``python capped_child.py MODE ALLOWANCE BUDGET``: warm up (imports, thread pools, one small
 remat.checkpoint), cap the address space at its size then plus ALLOWANCE bytes, then run MODE:
-``plain`` (one plain step) or ``remat`` (remat.checkpoint at BUDGET bytes, then 3 AdamW steps).
-Prints one JSON line: {"ok": bool, "error": first line or null, "out_of_memory": bool}.
+``plain`` (one plain step), ``remat`` (remat.checkpoint at BUDGET bytes, then 3 AdamW steps) or
+``compile`` (remat.compile at BUDGET bytes, its first call and 3 AdamW steps; inductor compiles in
+this process, one thread).
+Prints one JSON line: {"ok": bool, "error": first line or null, "lines": lines of the error,
+"out_of_memory": bool}.
 """
 
 from __future__ import annotations
@@ -72,7 +75,13 @@ def main(mode: str, allowance: int, budget: int) -> dict:
     loss = lambda out: (out**2).mean()  # noqa: E731 - the plain step's loss
     small = torch.randn(WARM_BATCH, WIDTH)
     plain_step(model, small)  # thread pools, allocator arenas, autograd's engine
-    remat.checkpoint(model, small, budget=1.0, loss=loss, repeats=1, warmup=0)  # dynamo's imports and caches
+    if mode == "compile":  # inductor's imports and its compile of a small shape
+        from torch._inductor import config as inductor
+
+        inductor.compile_threads = 1  # no compile workers: their address space is not the step's
+        loss(remat.compile(nn.Sequential(nn.Linear(WIDTH, WIDTH)).train(), budget=1.0, repeats=1)(small)).backward()
+    else:
+        remat.checkpoint(model, small, budget=1.0, loss=loss, repeats=1, warmup=0)  # dynamo's imports and caches
     model.zero_grad(set_to_none=True)
     gc.collect()
     cap = _vm_size() + allowance
@@ -80,6 +89,13 @@ def main(mode: str, allowance: int, budget: int) -> dict:
     try:
         if mode == "plain":
             plain_step(model, x)
+        elif mode == "compile":
+            compiled = remat.compile(model, budget=budget, repeats=1)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+            for _ in range(3):
+                loss(compiled(x)).backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
         else:
             wrapped = remat.checkpoint(model, x, budget=budget, loss=loss, repeats=1, warmup=0)
             opt = torch.optim.AdamW(wrapped.parameters(), lr=1e-3)
@@ -88,9 +104,9 @@ def main(mode: str, allowance: int, budget: int) -> dict:
                 opt.step()
                 opt.zero_grad(set_to_none=True)
     except Exception as error:  # noqa: BLE001 - reported to the parent as one line
-        text = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        return {"ok": False, "error": text, "out_of_memory": is_out_of_memory(error)}
-    return {"ok": True, "error": None, "out_of_memory": False}
+        lines = str(error).strip().splitlines() or [type(error).__name__]
+        return {"ok": False, "error": lines[0], "lines": len(lines), "out_of_memory": is_out_of_memory(error)}
+    return {"ok": True, "error": None, "lines": 0, "out_of_memory": False}
 
 
 if __name__ == "__main__":

@@ -60,3 +60,25 @@ def test_a_step_over_the_cap_trains_under_remat_in_a_capped_child():
     assert not refused["ok"] and refused["out_of_memory"], refused
     trained = _child("remat", allowance, budget)
     assert trained["ok"], trained
+
+
+@pytest.mark.slow
+def test_remat_compile_under_the_cap_trains_or_names_out_of_memory_in_one_line():
+    """issue 45 item 5: remat.compile's first call (its own measured step of a first plan included)
+    within the cap where the plain step does not fit; else one line: out of memory naming the phase,
+    the bytes and the budget, or a budget below the compiled step's least refused naming that least
+    (seen here: per-block checkpointing's peak is below what the compiled graphs' partitions reach),
+    never std::bad_alloc or a compiler's traceback."""
+    model, x = build()
+    plain = _peak(lambda: plain_step(model, x))
+    model.zero_grad(set_to_none=True)
+    per_block = _peak(lambda: _per_block_step(model, x))
+    allowance = (plain + per_block) // 2
+    result = _child("compile", allowance, per_block)
+    if not result["ok"]:
+        error = result["error"]
+        assert result["lines"] == 1, result
+        if result["out_of_memory"]:
+            assert error.startswith("out of memory while") and f"budget {per_block} bytes" in error, result
+        else:
+            assert f"budget {per_block} bytes cannot be met" in error and "at least" in error, result
