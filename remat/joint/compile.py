@@ -17,7 +17,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_flatten
 
 from remat.joint.call import call_device, input_signature, remat_error, restore, snapshot
 from remat.joint.choice import TIMED_ROUNDS, Measured, interleaved, kept_index, round_step_ms
@@ -25,6 +24,7 @@ from remat.joint.min_cut import MIN_CUT_RATIOS
 from remat.joint.partition import RegionPlan, RematPartitioner, Session, resolve_budget
 from remat.joint.solve import BelowLeast, Front
 from remat.joint.split import least_step_peak, split, step_peak
+from remat.joint.torch_private import check_torch, tree_flatten
 from remat.measure.allocator import AllocatorMeter, cpu_meter_available
 from remat.measure.oom import memory_phase
 from remat.measure.timing import time_ms
@@ -585,6 +585,7 @@ def compile(  # noqa: A001 - the public name is remat.compile
         compile_options: passed to ``torch.compile`` (``fullgraph``, ``mode``; not ``backend``,
             ``options``, ``dynamic`` or ``isolate_recompiles``).
     """
+    check_torch()  # a torch release its private partitioner names were not tested on: one line
     if not isinstance(model, nn.Module):
         raise RematError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
     taken = sorted(set(compile_options) & {"backend", "options", "dynamic", "isolate_recompiles"})
