@@ -125,6 +125,20 @@ def op_schema_name(target: OpOverload) -> str:
     return target._schema.name.split("::")[-1]
 
 
+def op_argument(node: Any, name: str) -> Any:
+    """The value of argument ``name`` of the op ``node`` calls: given by keyword, by position, or its
+    schema's default (None where it has none); KeyError where the op has no such argument."""
+    for i, argument in enumerate(node.target._schema.arguments):
+        if argument.name != name:
+            continue
+        if name in node.kwargs:
+            return node.kwargs[name]
+        if i < len(node.args) and not argument.kwarg_only:
+            return node.args[i]
+        return argument.default_value if argument.has_default_value() else None
+    raise KeyError(name)
+
+
 def extract_fwd_bwd_modules(
     gm: Any, saved_values: list, saved_sym_nodes: list, num_fwd_outputs: int, static_inputs: list
 ) -> tuple[Any, Any]:
@@ -204,6 +218,7 @@ __all__ = [
     "min_cut_rematerialization_partition",
     "must_be_in_backward",
     "must_be_in_forward",
+    "op_argument",
     "op_schema_name",
     "raise_getitems",
     "reordering_to_mimic_autograd_engine",
