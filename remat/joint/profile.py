@@ -14,7 +14,8 @@ Sizes are exact: ``numel * itemsize`` of each fake tensor's metadata (torch's ``
 dense tensor), summed over a multi-output op's tensors. Times come from :mod:`remat.joint.timing`.
 
 **Values torch never recomputes** (``pinned``): random ops (the ``nondeterministic_seeded`` tag,
-torch's random list, inductor's seeded random prims), values marked ``MUST_SAVE`` (collectives,
+but not an attention kernel at ``dropout_p`` 0, which torch recomputes; torch's random list,
+inductor's seeded random prims), values marked ``MUST_SAVE`` (collectives,
 effectful ops and the source of a backward mutation: torch's own ``force_save_*`` passes run
 first), custom (non-builtin) ops, and anything tagged to stay in the forward. The profile keeps
 them recomputable so the graph solvers accept it; the plan (:mod:`remat.joint.plan`) saves every
