@@ -99,6 +99,16 @@ def _without_dropout(node: fx.Node) -> bool:
         return False
 
 
+def seeded_without_dropout(node: fx.Node) -> bool:
+    """True for an op tagged ``nondeterministic_seeded`` that draws nothing here (``dropout_p`` 0)."""
+    target = node.target
+    return (
+        isinstance(target, tp.OpOverload)
+        and torch.Tag.nondeterministic_seeded in target.tags
+        and _without_dropout(node)
+    )
+
+
 def is_random(node: fx.Node) -> bool:
     """True for an op whose output depends on the RNG (never recomputed)."""
     target = node.target

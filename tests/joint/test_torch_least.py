@@ -59,6 +59,11 @@ def test_torchs_partitions_of_attention_are_realized_exactly_as_torch_hands_them
         names = [n.name for n in output.args[0][jp.num_fwd_outputs :] if isinstance(n, fx.Node)]
         theirs = {jp.group[n] for n in names if n in jp.group}
         assert realize(jp, gm, sets[ratio]).saved == theirs, ratio
+    # and each torch partition with the attention outputs saved is a candidate of its own
+    (front,) = [front for _, front in session.joints.values()]
+    outputs = frozenset(jp.group[n.name] for n in attention if jp.group.get(n.name) in jp.forward)
+    for _, saved in front.torch_cuts:
+        assert realize(jp, gm, saved | outputs).saved in {c.saved for c in front.candidates}
     graph = fx.Graph()
     q = graph.placeholder("q")
     dropped = graph.call_function(attention[0].target, (q, q, q, 0.1))  # dropout_p: the fourth argument
