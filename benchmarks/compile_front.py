@@ -262,7 +262,8 @@ def remat_compile_point(case: Case, budget: int | float, times: str) -> Method |
         "predicted_ms": compiled.predicted_ms,
         "regions": len(compiled.regions),
         "graphs_solved": sum(1 for p in plans if p.times != "reused"),
-        "solve_s": max(p.solve_seconds for p in plans if p.times != "reused"),
+        # every plan is "reused" where the first solve refused the budget (below the least simulated)
+        "solve_s": max((p.solve_seconds for p in plans if p.times != "reused"), default=plans[0].solve_seconds),
         "solve_s_all": [p.solve_seconds for p in plans],
         "joint_nodes": [p.joint.profile.size for p in compiled.regions],
         "candidates": [p.candidates for p in compiled.regions],

@@ -21,7 +21,18 @@ draw other masks compiled than eager, so there remat.compile is held to torch.co
 torch.compile's own (max abs difference) are close too: inductor's usual distance from eager on
 that model (``grads_verdict``).
 
-    python -m benchmarks.compile_models [--only gpt2,bert] [--budget 0.5]
+Then the sweep (issue 42 item 8; ``--ratios``, default torch's eleven 0.0-1.0, ``--no-sweep``
+skips it): ``torch.compile`` at each ``activation_memory_budget`` ratio (benchmarks/compile_front.py's
+``torch_compile_point``), and ``remat.compile`` at each distinct peak (bytes) a torch point
+measured, a budget of exactly the memory torch.compile took there (``remat_compile_point``; a
+refusal names remat's least measured). Every point's peak is the allocator's (2 steps after a
+warm-up), its step time the median of ``--rounds`` interleaved rounds of one step of every
+point (gpt2_compare.py's ``time_rounds``: load changes hit all points alike). Per model:
+torch.compile's least peak over the ratios, remat.compile's least (its least measured peak
+among its points, or the least a refusal named) and whether it is at most torch's
+(``remat_at_most_torch``), and both step times at every point torch reached.
+
+    python -m benchmarks.compile_models [--only gpt2,bert] [--budget 0.5] [--ratios 0,0.5,1] [--quick] [--out PATH]
 
 A full run writes benchmarks/results/compile_models.json (with the machine); ``--only`` writes
 compile_models_partial.json. The table goes to stdout (docs/compile.md shows the last full run).
@@ -165,7 +176,44 @@ def remat_compile_cell(case: cf.Case, budget: int | float, buffers: list[torch.T
     return cell, compiled
 
 
-def measure_model(name: str, entry: tuple, budget: int | float) -> dict:
+def sweep(case: cf.Case, ratios: list[float], rounds: int) -> dict:
+    """torch.compile at every ratio and remat.compile at each distinct peak a torch point measured;
+    peaks (2 metered steps each) and interleaved step times (ms) of all of them (module docstring)."""
+    from benchmarks.gpt2_compare import time_rounds  # the interleaved rounds
+
+    torch_points = [cf.torch_compile_point(case, r) for r in ratios]
+    ran = [p for p in torch_points if isinstance(p, cf.Method)]
+    remat_points = [
+        cf.remat_compile_point(case, b, "measured") for b in sorted({p.row["peak_at_compile"] for p in ran})
+    ]
+    methods = [p for p in [*ran, *remat_points] if isinstance(p, cf.Method)]
+    cf.measure_peaks(methods)
+    time_rounds(methods, rounds)
+    rows = [p.row if isinstance(p, cf.Method) else p for p in [*torch_points, *remat_points]]
+    for row in rows:
+        row.pop("ms_samples", None)
+    return sweep_verdict(rows)
+
+
+def sweep_verdict(rows: list[dict]) -> dict:
+    """The sweep's rows with torch.compile's least (bytes, and its ratio), remat.compile's least (its
+    least measured peak, or the least a refusal named) and ``remat_at_most_torch``."""
+    torch_rows = [r for r in rows if r["method"] == cf.TORCH and "measured_peak" in r]
+    remat_rows = [r for r in rows if r["method"] == cf.REMAT]
+    out: dict[str, Any] = {"points": rows}
+    if torch_rows:
+        least = min(torch_rows, key=lambda r: r["measured_peak"])
+        out |= {"torch_least": least["measured_peak"], "torch_least_ratio": least["activation_memory_budget"]}
+    remat_least = [r["measured_peak"] for r in remat_rows if "measured_peak" in r]
+    remat_least += [r["named_least"] for r in remat_rows if "named_least" in r]
+    if remat_least:
+        out["remat_least"] = min(remat_least)
+    if "torch_least" in out and "remat_least" in out:
+        out["remat_at_most_torch"] = out["remat_least"] <= out["torch_least"]
+    return out
+
+
+def measure_model(name: str, entry: tuple, budget: int | float, ratios: list[float] = (), rounds: int = 5) -> dict:
     case = build(name, entry)
     buffers = [b.detach().clone() for b in case.model.buffers()]
     eager = gradients(case, case.model, buffers)
@@ -200,6 +248,9 @@ def measure_model(name: str, entry: tuple, budget: int | float) -> dict:
             row["torch_compile"].get("grads_vs_eager"),
         )
     torch._dynamo.reset()
+    if ratios:
+        row["sweep"] = sweep(case, list(ratios), rounds)
+        torch._dynamo.reset()
     return row
 
 
@@ -232,6 +283,39 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _ms(row: dict) -> str:
+    return f"{row['measured_ms']:.1f}" if "measured_ms" in row else ""
+
+
+def sweep_table(rows: list[dict]) -> str:
+    """One line per model and ratio: torch.compile's peak and step time there, and remat.compile's
+    at a budget of exactly that peak; then per model both leasts."""
+    lines = [
+        "| model | activation_memory_budget | torch.compile MiB | torch.compile ms | remat.compile at that peak: MiB "
+        "| remat.compile ms |",
+        "|---|---|---|---|---|---|",
+    ]
+    leasts = ["| model | torch.compile least MiB (ratio) | remat.compile least MiB | remat.compile <= torch.compile |",
+              "|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        if "sweep" not in r:
+            continue
+        sw = r["sweep"]
+        remat = {p["budget"]: p for p in sw["points"] if p["method"] == cf.REMAT}
+        for t in (p for p in sw["points"] if p["method"] == cf.TORCH):
+            head = f"| {r['model']} | {t['activation_memory_budget']:.1f} |"
+            if "failed" in t:
+                lines.append(f"{head} {t['failed']} | | | |")
+                continue
+            m = remat.get(t["peak_at_compile"], {})
+            ours = _mib(m.get("measured_peak")) or (m.get("refused") or m.get("failed") or "")
+            lines.append(f"{head} {_mib(t.get('measured_peak'))} | {_ms(t)} | {ours} | {_ms(m)} |")
+        verdict = {True: "yes", False: "NO"}.get(sw.get("remat_at_most_torch"), "")
+        torch_least = f"{_mib(sw.get('torch_least'))} ({sw.get('torch_least_ratio', '')})"
+        leasts.append(f"| {r['model']} | {torch_least} | {_mib(sw.get('remat_least'))} | {verdict} |")
+    return "\n".join([*leasts, "", *lines])
+
+
 def summary(rows: list[dict]) -> dict:
     ran = [r["remat_compile"] for r in rows if "measured_peak" in r["remat_compile"]]
     return {
@@ -242,6 +326,8 @@ def summary(rows: list[dict]) -> dict:
         "prediction_within_2pct": sum(abs(c["error"]) <= 0.02 for c in ran),
         "grads_close": sum(c["grads_close"] for c in ran),
         "largest_solve_s": max((c["solve_s"] for c in ran), default=None),
+        "swept": sum("remat_at_most_torch" in r.get("sweep", {}) for r in rows),
+        "remat_least_at_most_torch_least": sum(r.get("sweep", {}).get("remat_at_most_torch", False) for r in rows),
     }
 
 
@@ -252,11 +338,21 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     common.add_quick(parser, "a GPT-2 of 2 layers of 32")
     common.add_out(parser, "compile_models")
+    parser.add_argument("--ratios", default=",".join(f"{k / 10:g}" for k in range(11)),
+                        help="torch.compile's activation_memory_budget ratios of the sweep")  # fmt: skip
+    parser.add_argument("--no-sweep", action="store_true", help="skip the sweep (module docstring)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved timed rounds of the sweep")
     args = parser.parse_args()
     if args.quick:
-        args.only = QUICK
+        args.only, args.ratios, args.rounds = QUICK, "0,1", 2  # the sweep's two ends, two rounds
     if not 0 < args.budget <= 1:
         raise SystemExit(f"--budget: {args.budget} is not a fraction in (0, 1]")
+    try:
+        ratios = [] if args.no_sweep else [float(r) for r in args.ratios.split(",") if r]
+    except ValueError:
+        raise SystemExit(f"--ratios: expected comma-separated fractions in [0, 1], got {args.ratios!r}") from None
+    if any(not 0 <= r <= 1 for r in ratios):
+        raise SystemExit(f"--ratios: expected comma-separated fractions in [0, 1], got {args.ratios!r}")
     from remat.models.compat import import_torchvision
 
     import_torchvision()
@@ -272,14 +368,16 @@ def main() -> None:
     begin, rows = time.monotonic(), []
     for name in chosen:
         start = time.monotonic()
-        rows.append(measure_model(name, entries[name], args.budget) | {"wall_s": time.monotonic() - start})
+        row = measure_model(name, entries[name], args.budget, ratios, args.rounds)
+        rows.append(row | {"wall_s": time.monotonic() - start})
         print(table(rows[-1:]).splitlines()[-1], flush=True)
         # written after every model: a run stopped early keeps what it measured
-        payload = {"machine": machine, "budget": args.budget, "complete": len(rows) == len(chosen),
+        payload = {"machine": machine, "budget": args.budget, "ratios": ratios, "complete": len(rows) == len(chosen),
                    "wall_s": time.monotonic() - begin, "summary": summary(rows), "rows": rows}  # fmt: skip
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(payload, indent=2) + "\n")
     print(table(rows))
+    print(sweep_table(rows))
     print(summary(rows))
     print(f"wrote {out}")
 

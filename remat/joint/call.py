@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_flatten
 
+from remat.joint.torch_private import tree_flatten
 from remat.schedules import RematError
 
 _SCALARS = (bool, int, float, complex, str, bytes, type(None))

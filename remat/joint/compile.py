@@ -17,7 +17,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_flatten
 
 from remat.joint.call import call_device, input_signature, remat_error
 from remat.joint.choice import TIMED_ROUNDS, Measured, interleaved, kept_index, round_step_ms
@@ -25,6 +24,7 @@ from remat.joint.min_cut import MIN_CUT_RATIOS
 from remat.joint.partition import RegionPlan, RematPartitioner, Session, resolve_budget
 from remat.joint.solve import BelowLeast, Front
 from remat.joint.split import least_step_peak, split, step_peak
+from remat.joint.torch_private import check_torch, tree_flatten
 from remat.measure.allocator import AllocatorMeter, cpu_meter_available
 from remat.measure.oom import memory_phase
 from remat.measure.state import StepState
@@ -39,6 +39,7 @@ MEASURE_BELOW_LEAST = 0.5  # a budget this fraction of the least simulated peak,
 PROBE_FRACTION = 0.05  # NOTE [A faster plan just above the budget]: how far above it a plan is measured
 RIVAL_FRACTION = 0.2  # NOTE [torch.compile's own partition is measured beside remat's]: its reach above the budget
 TORCH_OWN = "torch.compile's own partition"  # the source suffix of a plan _rival measured
+TORCH_BELOW = "torch.compile's own partition, below what remat's plans measured"  # _torch_below's
 
 
 @dataclass(frozen=True)
@@ -163,7 +164,9 @@ class RematCompiled(nn.Module):
         session.resplit = True
         state = StepState(self.model)  # RNG and buffers, to run the call again unchanged
         tried: list[_Call] = []
-        for remeasure in range(MAX_REMEASURES + 1):
+        # MAX_REMEASURES compiles after the first measured one, and one more per torch partition
+        # where none fits (NOTE [Every torch partition is measured before a refusal])
+        for _ in range(MAX_REMEASURES + len(session.min_cut_ratios) + 1):
             out, error = self._split_runs(args, kwargs, state)
             if not tried and self._at_the_least(error):  # the least simulated plans run, measured next
                 state.restore()
@@ -183,7 +186,7 @@ class RematCompiled(nn.Module):
             state.restore()
             tried.append(replace(call, measured=self._measure(args, kwargs)))
             state.restore()
-            if remeasure == MAX_REMEASURES or not self._remeasure(tried):
+            if not self._remeasure(tried):
                 break
             self._build()  # the next plans compile anew; the tried ones keep their compiled graphs
         if len(tried) > 1:  # timed only where plans are compared (_best)
@@ -391,11 +394,22 @@ class RematCompiled(nn.Module):
         top = step_peak([f.store_all for f in fronts])
         budget = _budget_bytes(session, fronts)
         if any(c.measured is not None and c.measured <= budget for c in tried):
+            if len(tried) > MAX_REMEASURES:
+                return False
             return self._probe(tried, budget) or self._rival(tried, budget)  # else _best keeps the fastest
         if budget >= top and all(p.chosen.saved == p.store_all.saved for p in call.plans):
             return False  # a budget that admits store-all keeps it
-        margin = max(session.margin, measured - max(p.step_peak for p in call.plans))
-        least = least_step_peak(fronts)
+        swept = any(p.source.endswith(f"({TORCH_BELOW})") for p in call.plans)  # no re-solve after it
+        if len(tried) <= MAX_REMEASURES and not swept and self._lower(tried, budget):
+            return True
+        return self._torch_below(tried, budget)  # NOTE [Every torch partition is measured before a refusal]
+
+    def _lower(self, tried: list[_Call], budget: int) -> bool:
+        """After a step measured above ``budget`` (bytes): lower the step budget by the largest
+        overshoot seen (:meth:`_remeasure`) and say True; False when it would not move."""
+        session, call = self._session, tried[-1]
+        margin = max(session.margin, call.measured - max(p.step_peak for p in call.plans))
+        least = least_step_peak(call.fronts)
         last = len(tried) >= OVERSHOOT_RESOLVES  # every plan tried overshot (none fits): they are all re-solves
         lower = least if last else max(least, budget - margin)
         if lower >= (budget if session.step_budget is None else session.step_budget):
@@ -403,6 +417,37 @@ class RematCompiled(nn.Module):
         session.margin = budget - lower  # what the split takes off the budget too (_resplit)
         session.step_budget = lower
         session.assigned.clear()
+        return True
+
+    def _torch_below(self, tried: list[_Call], budget: int) -> bool:
+        """Where no plan measured so far fits ``budget`` (bytes): assign every region torch.compile's
+        own partition at the ratio not measured yet whose simulated step peak is least, and say
+        True (it compiles and is measured next); False when every ratio's is measured, or
+        simulated above ``budget / MEASURE_BELOW_LEAST`` (no fusion seen takes that much away).
+
+        NOTE [Every torch partition is measured before a refusal]: the simulation counts every
+        value at its full size, and inductor fuses some of them away, by how much depends on the
+        partition; so the partition that measures least need not be the one simulated least. On
+        a 4-layer decoder, torch.compile at ``activation_memory_budget`` 0.3 measured 16664592
+        bytes, and remat.compile at that budget measured only its least simulated plans (19731592)
+        and refused (issue 42). A budget below everything measured is refused only after each of
+        torch's partitions (one compile each, those with the same save sets once) is measured too,
+        the first that fits ending it; the refusal then names the least of all that measured, a
+        budget that runs: so remat.compile's least is at most torch.compile's over its ratios."""
+        session, call = self._session, tried[-1]
+        cuts = [dict(f.torch_cuts) for f in call.fronts]
+        measured = {_saved_sets(c) for c in tried}
+        options = []
+        for ratio in set.intersection(*(set(c) for c in cuts)):
+            chosen = [f.candidate(c[ratio]) for f, c in zip(call.fronts, cuts, strict=True)]
+            rival = {key: c.saved for key, c in zip(call.keys, chosen, strict=True)}
+            if tuple(sorted(rival.items())) not in measured and step_peak(chosen) * MEASURE_BELOW_LEAST <= budget:
+                options.append((step_peak(chosen), -ratio, rival))
+        if not options:
+            return False
+        session.assigned = min(options, key=lambda o: o[:2])[2]
+        session.assigned_by, session.resplit = TORCH_BELOW, False
+        session.step_budget, session.margin = None, 0
         return True
 
     def _probe(self, tried: list[_Call], budget: int) -> bool:
@@ -590,6 +635,7 @@ def compile(  # noqa: A001 - the public name is remat.compile
         compile_options: passed to ``torch.compile`` (``fullgraph``, ``mode``; not ``backend``,
             ``options``, ``dynamic`` or ``isolate_recompiles``).
     """
+    check_torch()  # a torch release its private partitioner names were not tested on: one line
     if not isinstance(model, nn.Module):
         raise RematError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
     taken = sorted(set(compile_options) & {"backend", "options", "dynamic", "isolate_recompiles"})

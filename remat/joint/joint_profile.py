@@ -14,7 +14,8 @@ Sizes are exact: ``numel * itemsize`` of each fake tensor's metadata (torch's ``
 dense tensor), summed over a multi-output op's tensors. Times come from :mod:`remat.joint.timing`.
 
 **Values torch never recomputes** (``pinned``): random ops (the ``nondeterministic_seeded`` tag,
-torch's random list, inductor's seeded random prims), values marked ``MUST_SAVE`` (collectives,
+but not an attention kernel at ``dropout_p`` 0, which torch recomputes; torch's random list,
+inductor's seeded random prims), values marked ``MUST_SAVE`` (collectives,
 effectful ops and the source of a backward mutation: torch's own ``force_save_*`` passes run
 first), custom (non-builtin) ops, and anything tagged to stay in the forward. The profile keeps
 them recomputable so the graph solvers accept it; the plan (:mod:`remat.joint.plan`) saves every
@@ -31,9 +32,8 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import fx
-from torch._functorch import partitioners as tp
-from torch._functorch.compile_utils import fx_graph_cse
 
+from remat.joint import torch_private as tp
 from remat.schedules import GraphNode, GraphProfile, RematError
 
 END = "step:end"
@@ -80,20 +80,42 @@ def _is_view(node: fx.Node) -> bool:
     target = node.target
     if target is operator.getitem:
         return True
-    if not isinstance(target, torch._ops.OpOverload):
+    if not isinstance(target, tp.OpOverload):
         return False
     if target.is_view or target in (torch.ops.aten._unsafe_view.default, torch.ops.aten.alias.default):
         return bool(node.args) and isinstance(node.args[0], fx.Node)
     return False
 
 
+def _without_dropout(node: fx.Node) -> bool:
+    """True for a seeded op whose only randomness is a ``dropout_p`` of 0 (the attention kernels,
+    ``_scaled_dot_product_*_attention``: seeded for their dropout). Torch's partitioner recomputes
+    them (its random ops are dropout, ``rand_like`` and ``randn_like``); pinned, remat's graphs of
+    torch's own save set saved each attention's outputs where torch's recompute them, and measured
+    other peaks than torch.compile's (a 4-layer decoder at 0.1: 8273544 bytes against 9245320)."""
+    try:
+        return tp.op_argument(node, "dropout_p") == 0
+    except KeyError:  # no dropout_p: random for another reason
+        return False
+
+
+def seeded_without_dropout(node: fx.Node) -> bool:
+    """True for an op tagged ``nondeterministic_seeded`` that draws nothing here (``dropout_p`` 0)."""
+    target = node.target
+    return (
+        isinstance(target, tp.OpOverload)
+        and torch.Tag.nondeterministic_seeded in target.tags
+        and _without_dropout(node)
+    )
+
+
 def is_random(node: fx.Node) -> bool:
     """True for an op whose output depends on the RNG (never recomputed)."""
     target = node.target
-    if isinstance(target, torch._ops.OpOverload):
+    if isinstance(target, tp.OpOverload):
         if torch.Tag.nondeterministic_seeded in target.tags:
-            return True
-        if target.namespace == "prims" and target._schema.name.split("::")[-1] in _SEEDED_PRIMS:
+            return not _without_dropout(node)
+        if target.namespace == "prims" and tp.op_schema_name(target) in _SEEDED_PRIMS:
             return True
         return target.overloadpacket in (
             torch.ops.aten.native_dropout,
@@ -109,9 +131,9 @@ def must_save(node: fx.Node) -> bool:
         return False
     if node.meta.get("recompute") == torch.utils.checkpoint.CheckpointPolicy.MUST_SAVE:
         return True
-    if is_random(node) or tp._has_tag_must_be_in_forward(node):
+    if is_random(node) or tp.has_tag_must_be_in_forward(node):
         return True
-    return isinstance(node.target, torch._ops.OpOverload) and not tp.is_builtin(node.target)
+    return isinstance(node.target, tp.OpOverload) and not tp.is_builtin(node.target)
 
 
 def apply_torch_safety(gm: fx.GraphModule) -> None:
@@ -122,10 +144,10 @@ def apply_torch_safety(gm: fx.GraphModule) -> None:
     Without the merge, the joint graph remat partitioned was not the one torch's partitioner
     partitions: a save set of torch's, realized on it, measured 17176852 bytes on the 8-layer
     GPT-2 where torch.compile's own graphs of it measured 16747656 (its 0.7 ratio)."""
-    if torch._functorch.config.cse:
-        gm.graph = fx_graph_cse(gm.graph)
+    if tp.cse_enabled():
+        gm.graph = tp.fx_graph_cse(gm.graph)
         gm.recompile()
-    if not torch._functorch.config.unsafe_allow_optimization_of_collectives:
+    if not tp.collectives_optimizable():
         tp.force_save_collectives(gm)
     tp.force_save_effectful_ops(gm)
     tp.force_save_bw_mutation_src(gm)
@@ -135,7 +157,7 @@ def _backward_names(gm: fx.GraphModule) -> set[str]:
     """Names of the fx nodes that depend on a tangent or must run in the backward."""
     names: set[str] = set()
     for node in gm.graph.nodes:
-        if (node.op == "placeholder" and tp._is_tangent(node)) or tp._must_be_in_backward(node):
+        if (node.op == "placeholder" and tp.is_tangent(node)) or tp.must_be_in_backward(node):
             names.add(node.name)
         elif any(m.name in names for m in node.all_input_nodes):
             names.add(node.name)
@@ -152,7 +174,7 @@ def joint_profile(
     order: list[str] = []
     for node in gm.graph.nodes:
         if node.op == "placeholder":
-            root[node.name] = node.name if tp._is_tangent(node) else None
+            root[node.name] = node.name if tp.is_tangent(node) else None
         elif node.op == "call_function":
             root[node.name] = root[node.args[0].name] if _is_view(node) else node.name
         else:

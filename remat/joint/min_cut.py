@@ -34,11 +34,10 @@ import dataclasses
 import warnings
 from collections.abc import Sequence
 from typing import Any
-from unittest import mock
 
 from torch import fx
-from torch._functorch import partitioners as tp
 
+from remat.joint import torch_private as tp
 from remat.joint.joint_profile import JointProfile
 from remat.schedules import RematError
 
@@ -101,7 +100,7 @@ def min_cut_save_sets(
     graph.meta = dict(getattr(gm, "meta", {}))
     try:
         # torch's two functions are replaced for this one call only, and restored after it
-        with mock.patch.multiple(tp, choose_saved_values_set=choose_every_ratio, solve_min_cut=min_cut_once):
+        with tp.chooser_replaced(choose_every_ratio, min_cut_once):
             tp.min_cut_rematerialization_partition(
                 graph,
                 joint_inputs,

@@ -37,11 +37,9 @@ from collections.abc import Sequence
 
 import torch
 from torch import fx
-from torch._functorch import partitioners as tp
-from torch._inductor import config as inductor_config
-from torch._subclasses.fake_tensor import FakeScriptObject
 from torch.fx.experimental.symbolic_shapes import find_symbol_binding_fx_nodes, free_symbols, is_symbol_binding_fx_node
 
+from remat.joint import torch_private as tp
 from remat.joint.joint_profile import JointProfile
 from remat.joint.plan import Realized, close_saved, cost_of_orders
 
@@ -57,19 +55,17 @@ class JointOrder:
         self.jp, self.gm = jp, gm
         self.nodes = [n for n in gm.graph.nodes if n.op != "output"]
         self.inputs = {n: n.all_input_nodes for n in self.nodes}
-        impure_random = True  # as Graph.eliminate_dead_code decides it
-        if torch._guards.TracingContext.try_get():
-            impure_random = inductor_config.fallback_random
+        impure_random = tp.impure_random()  # as Graph.eliminate_dead_code decides it
         self.impure = {n for n in self.nodes if n.op != "placeholder" and n.is_impure(impure_random)}
-        self.backward_only = {n for n in self.nodes if tp._must_be_in_backward(n)}
-        self.forward_only = {n for n in self.nodes if tp._must_be_in_forward(n)}
-        self.fwd_outputs, self.bwd_outputs, _, _ = tp._extract_fwd_bwd_outputs(gm, num_fwd_outputs=jp.num_fwd_outputs)
+        self.backward_only = {n for n in self.nodes if tp.must_be_in_backward(n)}
+        self.forward_only = {n for n in self.nodes if tp.must_be_in_forward(n)}
+        self.fwd_outputs, self.bwd_outputs, _, _ = tp.extract_fwd_bwd_outputs(gm, num_fwd_outputs=jp.num_fwd_outputs)
         placeholders = [n for n in self.nodes if n.op == "placeholder"]
-        self.primals = [n for n in placeholders if tp._is_primal(n)]
-        self.tangents = [n for n in placeholders if tp._is_tangent(n)]
-        self.fwd_seeds = [n for n in placeholders if tp._is_fwd_seed_offset(n)]
-        self.bwd_seeds = [n for n in placeholders if tp._is_bwd_seed_offset(n)]
-        self.backward_states = [n for n in placeholders if tp._is_backward_state(n)]
+        self.primals = [n for n in placeholders if tp.is_primal(n)]
+        self.tangents = [n for n in placeholders if tp.is_tangent(n)]
+        self.fwd_seeds = [n for n in placeholders if tp.is_fwd_seed_offset(n)]
+        self.bwd_seeds = [n for n in placeholders if tp.is_bwd_seed_offset(n)]
+        self.backward_states = [n for n in placeholders if tp.is_backward_state(n)]
         self.symbol_bindings = find_symbol_binding_fx_nodes(gm.graph)
 
     def cost(self, saved: frozenset[int]) -> Realized:
@@ -90,7 +86,7 @@ class JointOrder:
     def _used(self, values: list[fx.Node], syms: list[fx.Node]) -> tuple[list[fx.Node], list[fx.Node]]:
         """The saved values and symbolic values after torch drops those its backward never reads,
         and adds the symbol bindings the rest need (step 2)."""
-        if any(isinstance(v.meta.get("val"), FakeScriptObject) for v in values):
+        if any(isinstance(v.meta.get("val"), tp.FakeScriptObject) for v in values):
             raise Uncovered("an opaque saved object")
         placeholders = syms + values + self.tangents + self.bwd_seeds
         kept = self._extract(placeholders, self.bwd_outputs, "backward")
@@ -99,12 +95,10 @@ class JointOrder:
             for m in self.inputs[node]:
                 readers.setdefault(m, []).append(node)
         outputs = {o for o in self.bwd_outputs if isinstance(o, fx.Node)}
-        if torch.distributed.is_available() and any(
-            r.target is torch.ops._c10d_functional.wait_tensor.default for rs in readers.values() for r in rs
-        ):
+        if any(tp.is_wait_tensor(r) for rs in readers.values() for r in rs):
             raise Uncovered("a collective's wait in the backward")
         dropped = {p for p in placeholders if p not in readers and p not in outputs}
-        dropped |= {p for p in placeholders if tp._is_backward_state(p)}
+        dropped |= {p for p in placeholders if tp.is_backward_state(p)}
         values = [v for v in values if v not in dropped]
         syms = [s for s in syms if s not in dropped]
         bound = set()

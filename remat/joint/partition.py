@@ -31,9 +31,8 @@ from typing import Any
 
 import torch
 from torch import fx
-from torch._functorch import partitioners as tp
-from torch._inductor.custom_graph_pass import CustomPartitionerFn
 
+from remat.joint import torch_private as tp
 from remat.joint.heap import collect_garbage, paused_collector
 from remat.joint.joint_profile import JointProfile, apply_torch_safety, joint_profile
 from remat.joint.min_cut import MIN_CUT_RATIOS, check_ratios, min_cut_save_sets
@@ -137,7 +136,7 @@ def structure_key(jp: JointProfile) -> str:
     return hashlib.sha256(repr((nodes, jp.profile.edges, sorted(jp.pinned))).encode()).hexdigest()
 
 
-class RematPartitioner(CustomPartitionerFn):
+class RematPartitioner(tp.CustomPartitionerFn):
     """The partitioner inductor calls; its ``uuid`` is unique to it, so inductor's caches never
     hand another partitioner's graphs back (a cache hit would skip the partitioner)."""
 
@@ -160,7 +159,7 @@ class RematPartitioner(CustomPartitionerFn):
                 "remat.compile: the model checkpoints itself (torch.utils.checkpoint) inside the compiled "
                 "region; remove it, remat chooses what to recompute"
             )
-        tangents = [n for n in gm.graph.nodes if n.op == "placeholder" and tp._is_tangent(n)]
+        tangents = [n for n in gm.graph.nodes if n.op == "placeholder" and tp.is_tangent(n)]
         if not any(n.users for n in tangents):
             return tp.default_partition(
                 gm, joint_inputs, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=static_indices
@@ -234,7 +233,7 @@ class RematPartitioner(CustomPartitionerFn):
         session = self.session
         start = time.perf_counter()
         apply_torch_safety(gm)
-        primals = [n for n in gm.graph.nodes if n.op == "placeholder" and tp._is_primal(n)]
+        primals = [n for n in gm.graph.nodes if n.op == "placeholder" and tp.is_primal(n)]
         static = [p for i, p in enumerate(primals) if i in set(static_indices)]
         region = len(session.call_keys)
         held_before = sum(p.held for p in session.call_plans)

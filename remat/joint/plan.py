@@ -31,9 +31,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 from torch import fx
-from torch._functorch import partitioners as tp
-from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
+from remat.joint import torch_private as tp
 from remat.joint.joint_profile import JointProfile
 from remat.schedules import Op, RematError, simulate_graph
 
@@ -96,7 +95,7 @@ def _saved_fx(jp: JointProfile, by_name: dict[str, fx.Node], saved: Iterable[int
 def _backward_reach(gm: fx.GraphModule, boundary: set[str], num_fwd_outputs: int) -> list[fx.Node]:
     """The fx nodes the backward evaluates or reads, walking up from its outputs and stopping at
     ``boundary`` (saved values) and placeholders."""
-    _, bwd_outputs, _, _ = tp._extract_fwd_bwd_outputs(gm, num_fwd_outputs=num_fwd_outputs)
+    _, bwd_outputs, _, _ = tp.extract_fwd_bwd_outputs(gm, num_fwd_outputs=num_fwd_outputs)
     stack = [o for o in bwd_outputs if isinstance(o, fx.Node)]
     seen: dict[str, fx.Node] = {}
     while stack:
@@ -124,7 +123,7 @@ def close_saved(
         if not again:
             break
         saved = saved | again
-    primals = [n for n in reach if n.op == "placeholder" and tp._is_primal(n)]
+    primals = [n for n in reach if n.op == "placeholder" and tp.is_primal(n)]
     syms = [n for n in reach if n.op == "call_function" and tp.is_sym_node(n) and jp.group.get(n.name) in forward]
     return saved, values + primals, syms
 
@@ -136,19 +135,9 @@ def extract(
     values actually saved."""
     _, values, syms = close_saved(jp, gm, saved)
     values, syms = list(values), list(syms)
-    # lazy graph modules (as AOTAutograd makes them): their Python code is generated when they
-    # first run, so a save set built but never run (one NOTE [Costing a save set without
-    # building its graphs] does not cover) skips most of it
-    with _use_lazy_graph_module(True):
-        fw, bw = tp._extract_fwd_bwd_modules(
-            gm,
-            values,  # torch drops from it the values its backward never reads
-            saved_sym_nodes=syms,
-            num_fwd_outputs=jp.num_fwd_outputs,
-            static_lifetime_input_nodes=tp.OrderedSet(static_inputs),
-        )
-        bw = tp.reordering_to_mimic_autograd_engine(bw)
-        fw, bw = tp.raise_getitems(fw), tp.raise_getitems(bw)
+    # lazy graph modules: a save set built but never run (one NOTE [Costing a save set without
+    # building its graphs] does not cover) skips generating most of their Python code
+    fw, bw = tp.extract_fwd_bwd_modules(gm, values, syms, jp.num_fwd_outputs, list(static_inputs))
     return fw, bw, values
 
 
@@ -199,7 +188,7 @@ def realize(
     """The partition of save set ``saved`` (pinned values added): its graphs, schedule and cost."""
     fw, bw, values = extract(jp, gm, saved, static_inputs)
     fw_nodes = [n for n in fw.graph.nodes if n.op == "call_function"]
-    tangents = [n for n in bw.graph.nodes if n.op == "placeholder" and tp._is_tangent(n)]
+    tangents = [n for n in bw.graph.nodes if n.op == "placeholder" and tp.is_tangent(n)]
     bw_nodes = tangents + [n for n in bw.graph.nodes if n.op == "call_function"]
     found = cost_of_orders(jp, fw_nodes, _graph_outputs(fw), bw_nodes, _graph_outputs(bw), values)
     return replace(found, forward=fw, backward=bw)

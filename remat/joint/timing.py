@@ -30,11 +30,10 @@ from dataclasses import dataclass
 
 import torch
 from torch import fx
-from torch._subclasses.fake_tensor import unset_fake_temporarily
-from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import flop_registry
 
 from remat.joint.joint_profile import tensor_bytes
+from remat.joint.torch_private import tree_flatten, tree_map, unset_fake_temporarily
 from remat.measure.state import kept_rng
 
 BYTES_PER_MS = 10e9 / 1e3  # 10 GB/s: a conservative CPU memory bandwidth
