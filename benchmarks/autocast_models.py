@@ -72,8 +72,8 @@ def measure_model(name: str, entry: tuple, dtype: torch.dtype = torch.bfloat16, 
     names = [s.name for s in store.profile.stages]
     row["stages"] = len(names)
     half = real_models.below_store_all(store)
-    least = store.with_budget(store.least_budget)
-    row["fraction"] = half.budget / store.store_all_budget
+    least = store.with_budget(store.least_peak)
+    row["fraction"] = half.budget / store.store_all_peak
     for label, wrapped in (("store_all", store), ("half", half), ("least", least)):
         row[label] = real_models.attempt(lambda w=wrapped: peaks(w))
     plain = step_result(case, case.plain, dtype, scaler)

@@ -328,8 +328,8 @@ def bf16_cell(case: ArchCase, checkpointed: Callable) -> dict:
     step (loss and gradients) ``torch.equal`` to plain autocast's, for remat and the baseline."""
     with autocast_models.bf16():
         store = case.checkpoint()
-    half, least = real_models.below_store_all(store), store.with_budget(store.least_budget)
-    cell: dict[str, Any] = {"stages": len(store.profile.stages), "fraction": half.budget / store.store_all_budget}
+    half, least = real_models.below_store_all(store), store.with_budget(store.least_peak)
+    cell: dict[str, Any] = {"stages": len(store.profile.stages), "fraction": half.budget / store.store_all_peak}
     for label, wrapped in (("half", half), ("least", least)):
         case.reset()
         cell[label] = real_models.attempt(lambda w=wrapped: autocast_models.peaks(w))

@@ -255,13 +255,13 @@ def store_all_cell(case: Case, store: remat.RematModel, a0: int) -> dict:
 def below_store_all(store: remat.RematModel) -> remat.RematModel:
     """remat at half the store-all peak, or, when no schedule fits that, halfway between the
     smallest budget the DP can meet and store-all (a budget that makes it recompute)."""
-    high, low = store.store_all_budget, store.least_budget  # the whole call's (side values in)
+    high, low = store.store_all_peak, store.least_peak  # the whole call's (side values in)
     return store.with_budget(high // 2 if low <= high // 2 else (low + high) // 2)
 
 
 def half_cell(half: remat.RematModel, store: remat.RematModel) -> dict:
     report = half.report(steps=2, warmup=1)
-    return {"budget": half.budget, "fraction": half.budget / store.store_all_budget,
+    return {"budget": half.budget, "fraction": half.budget / store.store_all_peak,
             "predicted_peak": report.predicted_peak, "measured_peak": report.measured_peak,
             "error": report.peak_error}  # fmt: skip
 
@@ -282,10 +282,10 @@ def equal_memory_cell(case: Case, store: remat.RematModel, a0: int, name: str, c
     try:
         ours = store.with_budget(peak)
     except RematError as error:  # below remat's least budget: say so, and show remat at its least
-        ours = store.with_budget(store.least_budget)
+        ours = store.with_budget(store.least_peak)
         cell["infeasible"] = one_line(error)
     step = case.remat_step(ours)
-    least = store.with_budget(store.least_budget)
+    least = store.with_budget(store.least_peak)
     least_peak = step_peak(case, case.remat_step(least), a0)
     return {
         **cell,
@@ -317,7 +317,7 @@ def run_errors(case: Case, baseline_peak: int | None) -> list[float]:
     budget, at the least budget, at the baseline's measured peak (when remat can meet it) and at
     store-all (:meth:`remat.RematModel.report`, the allocator)."""
     store = case.checkpoint()
-    high, low = store.store_all_budget, store.least_budget
+    high, low = store.store_all_peak, store.least_peak
     budgets = {high, low, max(high // 2, low)}
     if baseline_peak is not None and low <= baseline_peak:
         budgets.add(min(baseline_peak, high))

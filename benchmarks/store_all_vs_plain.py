@@ -73,7 +73,7 @@ def run_one(spec: str, config: dict, inputs: object, image_model: bool, steps: i
     row["names"] = [s.name for s in wrapped.profile.stages]
     row["store_all"] = _reading(wrapped, steps)
     row["store_all"]["vs_plain"] = (row["store_all"]["measured"] - row["plain"]) / row["plain"]
-    low, high = wrapped.least_budget, row["store_all"]["predicted"]
+    low, high = wrapped.least_peak, row["store_all"]["predicted"]
     # 50% of store-all when the DP can meet it, else halfway between its least memory and store-all
     middle = high // 2 if high // 2 >= low else (low + high) // 2
     for label, budget in (("optimal_mid", middle), ("optimal_min", low)):

@@ -8,11 +8,11 @@ import re
 
 import pytest
 import torch
-from remat.joint.profile import is_random
 from torch import nn
 
 import remat
 from remat.joint.compile import TORCH_BELOW
+from remat.joint.joint_profile import is_random
 from remat.joint.min_cut import MIN_CUT_RATIOS, min_cut_save_sets
 from remat.joint.plan import realize
 from remat.schedules import RematError
