@@ -187,8 +187,8 @@ def train_one(spec: str, config: dict, inputs: object, image_model: bool) -> dic
     except RematError as error:
         return {"spec": spec, "error": str(error)}
     # 50% of store-all, or the least the DP can meet where that is more (VGG: its classifier's transients)
-    store_all = wrapped.store_all_budget
-    wrapped = wrapped.with_budget(max(store_all // 2, wrapped.least_budget))
+    store_all = wrapped.store_all_peak
+    wrapped = wrapped.with_budget(max(store_all // 2, wrapped.least_peak))
 
     def plain() -> torch.Tensor:
         if isinstance(inputs, dict):
