@@ -29,7 +29,12 @@ def _rows() -> list[dict]:
 def test_summary_counts_only_what_held() -> None:
     verdict = cm.summary(_rows())
     assert verdict == {"models": 3, "torch_compile_ran": 2, "remat_compile_ran": 2, "within_budget": 1,
-                       "prediction_within_2pct": 1, "grads_close": 1, "largest_solve_s": 2.5}  # fmt: skip
+                       "prediction_within_2pct": 1, "grads_close": 1, "largest_solve_s": 2.5,
+                       "swept": 0, "remat_least_at_most_torch_least": 0}  # fmt: skip
+    rows = _rows()
+    rows[0]["sweep"], rows[1]["sweep"] = {"remat_at_most_torch": True}, {"remat_at_most_torch": False}
+    swept = cm.summary(rows)
+    assert (swept["swept"], swept["remat_least_at_most_torch_least"]) == (2, 1)
 
 
 def test_table_says_what_failed_and_where_a_budget_was_refused() -> None:
