@@ -13,6 +13,7 @@ for a block). The replay keeps its own per-piece generator states in :class:`Rng
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -131,7 +132,8 @@ class StepState:
         with untracked(), torch.no_grad():
             self.buffers = [(b, _kept(b, place)) for b in module.buffers()]
             if grads == "zeroed":
-                self.grads = [(p, _zeroed_grad(p)) for p in module.parameters() if p.requires_grad]
+                away = functools.cache(OffDevice)  # one place for every gradient sent away, made when first needed
+                self.grads = [(p, _zeroed_grad(p, away)) for p in module.parameters() if p.requires_grad]
             else:
                 self.grads = [(p, _kept_grad(p, grads, place)) for p in module.parameters()] if grads else []
         self.rng = RngState.current()
@@ -192,13 +194,13 @@ def _kept_grad(p: torch.Tensor, grads: Grads, place: OffDevice | None) -> Callab
 # is measured in place and zeroed again after (the same tensor: a caller's reference stays good),
 # and one holding values (a step of gradient accumulation) waits off the device while zeros take
 # its place, and comes back at the same strides (a new tensor, as with ``off_device``).
-def _zeroed_grad(p: torch.Tensor) -> Callable[[], torch.Tensor | None]:
+def _zeroed_grad(p: torch.Tensor, away: Callable[[], OffDevice]) -> Callable[[], torch.Tensor | None]:
     """Give ``p`` a zeroed gradient for a measurement (NOTE [The profile's gradients]), and how to
     give it its own back."""
     grad = p.grad
     if grad is not None and not grad.any():  # zeroed already (zero_grad(set_to_none=False))
         return _zeroed_again(grad)
-    back = (lambda: None) if grad is None else _grad_off_device(p, OffDevice())
+    back = (lambda: None) if grad is None else _grad_off_device(p, away())
     del grad
     p.grad = torch.zeros_like(p)
     return back

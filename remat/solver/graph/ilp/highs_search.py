@@ -35,6 +35,7 @@ import numpy as np
 
 from remat.schedules import GraphProfile, ScheduleError
 from remat.solver.deadline import Deadline, TimeUp
+from remat.solver.graph.ilp.highs_child import PARENT_VARIABLE
 from remat.solver.graph.stages import StagePlan, plan_peak
 
 CHILD = Path(__file__).with_name("highs_child.py")
@@ -103,7 +104,7 @@ def branch_and_cut(
         end = time.time() + deadline.left() - HEADROOM_SECONDS
         wait = kill_at.left() if kill_at is not None else deadline.left() + GRACE_SECONDS
         command = [sys.executable, str(CHILD), str(model_path), str(result_path), repr(end)]
-        environment = {**os.environ, "REMAT_HIGHS_PARENT": str(os.getpid())}  # highs_child.PARENT_VARIABLE
+        environment = {**os.environ, PARENT_VARIABLE: str(os.getpid())}
         child = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=environment
         )
